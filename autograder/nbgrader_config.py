@@ -1,0 +1,60 @@
+"""nbgrader configuration for the Streaming Ray Data course.
+
+`solutions/` is nbgrader's *source* and `exercises/` its *release*; the course root is the
+folder above this file. Tools load this file through `raydata_course.grading.nbgrader_config`,
+which can re-root it at a scratch course folder for tests and grading runs.
+"""
+from pathlib import Path
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    Execute,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+
+from raydata_course.grading import StderrToStdout
+
+c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.course_id = "streaming-ray-data"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "exercises"
+c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
+
+# Ray notebooks are slow to start: ray.init takes 5-10 s on two cores, a first Dataset
+# execution several more, and a blocked streaming_split never finishes. 30 s (nbgrader's
+# default) interrupts correct work; 180 s per cell still ends an infinite loop. In 0.9.6 the
+# trait lives on nbgrader's `Execute` preprocessor (a subclass of nbconvert's
+# ExecutePreprocessor); tests/test_environment.py checks that this value takes effect.
+c.Execute.timeout = 180
+# Submissions arrive with whatever kernel name the student's Jupyter wrote. Always grade in
+# the course's own kernel, the virtual environment with ray==2.60.0.
+c.Execute.kernel_name = "raydata-course"
+c.ExecutePreprocessor.kernel_name = "raydata-course"
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+# A student who deletes a grade cell gets it back from the source instead of a silent zero.
+c.OverwriteCells.add_missing_cells = True
+
+# nbgrader zeroes a grade cell that writes anything to stderr, and Ray logs every Dataset
+# execution there. In this course a test fails when it raises; StderrToStdout relabels the
+# log text as stdout before grades are saved. This is nbgrader's default list with that one
+# step added after Execute.
+c.Autograde.autograde_preprocessors = [
+    Execute,
+    StderrToStdout,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]

@@ -1,0 +1,390 @@
+"""Start, size and stop the course's embedded Ray cluster.
+
+Every notebook, the lab and the grader start Ray through :func:`setup`, so the course has
+one place that decides how big the local cluster is, where Ray keeps its files, whether
+Ray Data draws progress bars, and which Ray version is acceptable.
+
+Examples:
+    >>> size = ClusterSize(num_cpus=4, object_store_memory_bytes=512 * 1024**2)
+    >>> size.object_store_memory_bytes // 1024**2
+    512
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "RAY_VERSION",
+    "MiB",
+    "GiB",
+    "ClusterSize",
+    "ClusterTooSmallError",
+    "CourseSession",
+    "RayVersionError",
+    "check_ray_version",
+    "default_cluster_size",
+    "default_temp_root",
+    "is_interactive",
+    "ray_processes",
+    "setup",
+    "shutdown",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The Ray release the course is written and tested against.
+RAY_VERSION = "2.60.0"
+
+MiB = 1024**2
+GiB = 1024**3
+
+#: Environment variable that overrides where Ray keeps its session files.
+TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
+#: Set to ``1`` by the course's headless runners (``make course``, the tests, the grader).
+HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
+
+# Ray puts unix sockets under its session folder; Linux limits a socket path to 107 bytes,
+# and Ray appends about 70 characters to the temp root.
+_MAX_TEMP_ROOT_CHARS = 36
+
+
+class RayVersionError(RuntimeError):
+    """The installed Ray is not the version the course is pinned to."""
+
+
+class ClusterTooSmallError(RuntimeError):
+    """The machine or the connected cluster lacks the CPUs or object-store bytes asked for."""
+
+
+@dataclass(frozen=True)
+class ClusterSize:
+    """How big the embedded local cluster is.
+
+    Attributes:
+        num_cpus: logical CPUs Ray may schedule on. It may exceed the physical core count:
+            Ray Data's read, map and consumer tasks are often I/O bound or sleeping.
+        object_store_memory_bytes: size of the shared-memory object store (plasma), in bytes.
+    """
+
+    num_cpus: int
+    object_store_memory_bytes: int
+
+
+def check_ray_version(expected: str = RAY_VERSION) -> str:
+    """Check that the importable Ray is the course's pinned version.
+
+    Args:
+        expected: the version string that must match ``ray.__version__`` exactly.
+
+    Returns:
+        The installed version string.
+
+    Raises:
+        RayVersionError: if Ray cannot be imported or its version differs.
+    """
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - exercised only without Ray
+        raise RayVersionError(
+            f"Ray is not installed in this Python ({sys.executable}). The course needs "
+            f"ray=={expected}: run `make setup` and choose the 'Python (raydata-course)' kernel."
+        ) from exc
+    if ray.__version__ != expected:
+        raise RayVersionError(
+            f"This course is pinned to Ray {expected}, but Ray {ray.__version__} is installed "
+            f"in {sys.executable}. Ray Data's behaviour changes between releases, so the "
+            f"notebooks' explanations and numbers would not hold. Run `make setup` (it builds "
+            f".venv with ray=={expected}) and select the 'Python (raydata-course)' kernel."
+        )
+    return ray.__version__
+
+
+def default_cluster_size(
+    *,
+    min_num_cpus: int = 4,
+    object_store_fraction: float = 0.25,
+    min_object_store_bytes: int = 256 * MiB,
+    max_object_store_bytes: int = 2 * GiB,
+) -> ClusterSize:
+    """Choose a cluster size that fits this machine.
+
+    The CPU count is the machine's logical CPU count, but at least ``min_num_cpus``, so that
+    a 2-core laptop can still run an actor pool next to read tasks. The object store gets
+    ``object_store_fraction`` of the memory that is available now, clamped to
+    ``[min_object_store_bytes, max_object_store_bytes]``.
+
+    Args:
+        min_num_cpus: lower bound on logical CPUs.
+        object_store_fraction: share of currently available RAM for the object store.
+        min_object_store_bytes: smallest object store the course works with, in bytes.
+        max_object_store_bytes: largest object store the defaults ask for, in bytes.
+
+    Returns:
+        A :class:`ClusterSize`.
+
+    Raises:
+        ClusterTooSmallError: if less than twice ``min_object_store_bytes`` of RAM is
+            available (the object store plus Python workers would not fit).
+    """
+    import psutil
+
+    available_bytes = psutil.virtual_memory().available
+    if available_bytes < 2 * min_object_store_bytes:
+        raise ClusterTooSmallError(
+            f"Only {available_bytes / MiB:.0f} MiB of RAM is available, and the course needs "
+            f"at least {2 * min_object_store_bytes / MiB:.0f} MiB (an object store of "
+            f"{min_object_store_bytes / MiB:.0f} MiB plus worker processes). Close other "
+            f"programs, or pass a smaller object_store_memory_bytes to setup()."
+        )
+    wanted = int(available_bytes * object_store_fraction)
+    object_store_bytes = max(min_object_store_bytes, min(max_object_store_bytes, wanted))
+    num_cpus = max(min_num_cpus, os.cpu_count() or 1)
+    return ClusterSize(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes)
+
+
+def default_temp_root() -> str:
+    """Return the folder under which Ray writes session files, logs and sockets.
+
+    It is ``$RAYDATA_COURSE_TMPDIR`` when set, else ``/tmp/rdc-<uid>``: private to this
+    user, so other Ray users on a shared machine are not disturbed, and short, because Ray
+    puts unix sockets below it.
+    """
+    root = os.environ.get(TEMP_ROOT_ENV)
+    if root:
+        return root
+    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    return os.path.join(base, f"rdc-{os.getuid()}")
+
+
+def is_interactive() -> bool:
+    """Tell whether a person is watching: True in a Jupyter or terminal session.
+
+    False when ``RAYDATA_COURSE_HEADLESS=1`` (set by ``make course``, the tests and the
+    grader) or when ``CI`` is set, and False for a script whose stdout is not a terminal.
+    """
+    if os.environ.get(HEADLESS_ENV, "") not in ("", "0") or os.environ.get("CI"):
+        return False
+    if "ipykernel" in sys.modules:
+        return True
+    return sys.stdout is not None and sys.stdout.isatty()
+
+
+@dataclass
+class CourseSession:
+    """What :func:`setup` started or connected to.
+
+    Use it as a context manager to shut Ray down at the end of a block.
+
+    Attributes:
+        address: the GCS address of the cluster.
+        num_cpus: CPUs the cluster offers (the whole cluster when connected to one).
+        object_store_memory_bytes: object-store capacity of the cluster, in bytes.
+        connected_to_existing: True when ``RAY_ADDRESS`` pointed at a running cluster.
+        temp_root: the folder holding Ray's session files; None when connected.
+        ray_version: ``ray.__version__``.
+        package_version: this package's ``__version__``.
+        seed: the seed given to Python's and NumPy's generators.
+    """
+
+    address: str
+    num_cpus: int
+    object_store_memory_bytes: int
+    connected_to_existing: bool
+    temp_root: str | None
+    ray_version: str
+    package_version: str
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __enter__(self) -> CourseSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        shutdown()
+
+    def __str__(self) -> str:
+        where = f"connected to {self.address}" if self.connected_to_existing else "local"
+        return (
+            f"raydata_course {self.package_version} | Ray {self.ray_version} | {where} | "
+            f"{self.num_cpus} CPUs | object store "
+            f"{self.object_store_memory_bytes / MiB:.0f} MiB"
+        )
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return
+    np.random.seed(seed)
+    if "torch" in sys.modules:  # seed torch only if the notebook already uses it
+        sys.modules["torch"].manual_seed(seed)
+
+
+def _check_temp_root(root: str) -> None:
+    if len(root) > _MAX_TEMP_ROOT_CHARS:
+        raise ValueError(
+            f"Ray's temp folder {root!r} is {len(root)} characters long; Ray puts unix "
+            f"sockets below it and Linux limits their paths to 107 bytes. Choose a folder of "
+            f"at most {_MAX_TEMP_ROOT_CHARS} characters with {TEMP_ROOT_ENV}=/tmp/<short>."
+        )
+
+
+def setup(
+    *,
+    num_cpus: int | None = None,
+    object_store_memory_bytes: int | None = None,
+    seed: int = 0,
+    temp_root: str | None = None,
+    progress_bars: bool | None = None,
+    require_num_cpus: int = 1,
+    require_object_store_bytes: int = 0,
+) -> CourseSession:
+    """Start the course's embedded local Ray cluster, or connect to the one in ``RAY_ADDRESS``.
+
+    It checks the Ray version, seeds Python's and NumPy's generators, starts Ray without the
+    dashboard in a private temp folder, and turns Ray Data's progress bars off unless a
+    person is watching (see :func:`is_interactive`). Calling it again while Ray is running
+    reuses the running cluster.
+
+    Args:
+        num_cpus: logical CPUs for a local cluster; default from :func:`default_cluster_size`.
+        object_store_memory_bytes: object-store size for a local cluster, in bytes; default
+            from :func:`default_cluster_size`.
+        seed: seed for ``random`` and ``numpy.random`` (and torch, if already imported).
+        temp_root: folder for Ray's session files; default :func:`default_temp_root`.
+        progress_bars: force Ray Data's progress bars on or off; default: on when interactive.
+        require_num_cpus: fail unless the cluster offers at least this many CPUs.
+        require_object_store_bytes: fail unless the object store holds at least this many bytes.
+
+    Returns:
+        A :class:`CourseSession` describing the cluster.
+
+    Raises:
+        RayVersionError: if the installed Ray is not ``RAY_VERSION``.
+        ClusterTooSmallError: if the cluster is smaller than the ``require_*`` arguments.
+        ValueError: if a size is not positive or the temp folder path is too long.
+    """
+    from raydata_course import __version__
+
+    ray_version = check_ray_version()
+    import ray
+    import ray.data
+
+    for name, value in (("num_cpus", num_cpus), ("object_store_memory_bytes", object_store_memory_bytes)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+
+    address_env = os.environ.get("RAY_ADDRESS", "")
+    connected = False
+    started_here = False
+    root: str | None = None
+    if ray.is_initialized():
+        connected = bool(address_env)
+        logger.info("Ray is already running in this process; reusing it.")
+    elif address_env:
+        if num_cpus is not None or object_store_memory_bytes is not None:
+            logger.warning(
+                "RAY_ADDRESS=%s is set, so setup() connects to that cluster and ignores "
+                "num_cpus/object_store_memory_bytes (a running cluster cannot be resized).",
+                address_env,
+            )
+        ray.init(address=address_env, log_to_driver=True)
+        connected = True
+    else:
+        size = default_cluster_size()
+        root = temp_root or default_temp_root()
+        _check_temp_root(root)
+        os.makedirs(root, exist_ok=True)
+        # Ray's processes inherit this, which lets ray_processes() find them even after
+        # they rename themselves (ray::DashboardAgent, ...).
+        os.environ[TEMP_ROOT_ENV] = root
+        ray.init(
+            num_cpus=num_cpus or size.num_cpus,
+            object_store_memory=object_store_memory_bytes or size.object_store_memory_bytes,
+            include_dashboard=False,
+            _temp_dir=root,
+        )
+        started_here = True
+
+    resources = ray.cluster_resources()
+    session = CourseSession(
+        address=ray.get_runtime_context().gcs_address,
+        num_cpus=int(resources.get("CPU", 0)),
+        object_store_memory_bytes=int(resources.get("object_store_memory", 0)),
+        connected_to_existing=connected,
+        temp_root=root,
+        ray_version=ray_version,
+        package_version=__version__,
+        seed=seed,
+    )
+    if session.num_cpus < require_num_cpus or session.object_store_memory_bytes < require_object_store_bytes:
+        message = (
+            f"This cluster offers {session.num_cpus} CPUs and a "
+            f"{session.object_store_memory_bytes / MiB:.0f} MiB object store, but this notebook "
+            f"needs at least {require_num_cpus} CPUs and "
+            f"{require_object_store_bytes / MiB:.0f} MiB."
+        )
+        if started_here:
+            shutdown()
+        if not connected:
+            message += " Pass larger num_cpus/object_store_memory_bytes to setup()."
+        else:
+            message += " Connect to a larger cluster, or unset RAY_ADDRESS to run locally."
+        raise ClusterTooSmallError(message)
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = is_interactive() if progress_bars is None else progress_bars
+    _seed(seed)
+    return session
+
+
+def shutdown() -> None:
+    """Disconnect from Ray, and stop the local cluster if :func:`setup` started one.
+
+    Safe to call when Ray is not running.
+    """
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def ray_processes(temp_root: str | None = None) -> list[dict[str, Any]]:
+    """List this user's live processes that belong to Ray clusters under ``temp_root``.
+
+    A process belongs when its command line mentions ``temp_root`` or its environment holds
+    ``RAYDATA_COURSE_TMPDIR=<temp_root>`` (set by :func:`setup` before Ray starts, and
+    inherited by every Ray process, including agents that rename themselves).
+
+    Args:
+        temp_root: the folder given to Ray; default :func:`default_temp_root`.
+
+    Returns:
+        One dict per process with ``pid`` and ``cmdline`` (a string), sorted by pid.
+    """
+    import psutil
+
+    root = temp_root or default_temp_root()
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
+        try:
+            if proc.info["pid"] == me or proc.info["uids"] is None:
+                continue
+            if proc.info["uids"].real != os.getuid():
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if root in cmdline or proc.environ().get(TEMP_ROOT_ENV) == root:
+                found.append({"pid": proc.info["pid"], "cmdline": cmdline[:200]})
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return sorted(found, key=lambda p: p["pid"])

@@ -1,0 +1,114 @@
+"""The course's main job: run every chapter headless and grade every reference solution.
+
+``make course`` runs ``python -m raydata_course.course``. It writes, under ``build/course/``:
+
+- ``chapters/<name>.ipynb``: each chapter, executed top to bottom in a fresh kernel on the
+  embedded local Ray cluster;
+- ``grading/``: a scratch nbgrader course in which each assignment's release, filled with the
+  reference answers, was autograded (with the hidden oracles);
+- ``summary.md`` and ``summary.json``: per notebook, status and seconds; per exercise, score
+  over max.
+
+It exits non-zero if a chapter fails or a reference solution scores less than full marks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from raydata_course import grading
+from raydata_course.notebooks import execute_notebook
+
+__all__ = ["chapter_notebooks", "run_chapters", "grade_references", "main"]
+
+
+def chapter_notebooks(root: Path | None = None) -> list[Path]:
+    """The chapter notebooks, ``chapters/NN_*.ipynb``, in order."""
+    root = root or grading.course_root()
+    return sorted((root / "chapters").glob("[0-9][0-9]_*.ipynb"))
+
+
+def run_chapters(out_dir: Path, cell_timeout_s: int = 900) -> list[dict]:
+    """Execute each chapter into ``out_dir``; return one record per chapter."""
+    records = []
+    for path in chapter_notebooks():
+        print(f"[course] running {path.name} ...", flush=True)
+        run = execute_notebook(path, out_dir / path.name, cell_timeout_s=cell_timeout_s)
+        print(f"[course]   {run.status} in {run.seconds:.1f} s" + (f": {run.error}" if run.error else ""), flush=True)
+        records.append({"notebook": f"chapters/{path.name}", "status": run.status,
+                        "seconds": round(run.seconds, 1), "error": run.error})
+    return records
+
+
+def grade_references(course_dir: Path) -> list[dict]:
+    """Autograde each assignment's reference submission in a scratch course folder."""
+    if course_dir.exists():
+        shutil.rmtree(course_dir)
+    grading.prepare_course_dir(course_dir)
+    records = []
+    for assignment in grading.ASSIGNMENTS:
+        print(f"[course] grading the reference solution of {assignment} ...", flush=True)
+        grading.plant_submission(course_dir, assignment, "reference",
+                                 grading.reference_submission(assignment, grading.release_notebook(assignment, course_dir)))
+        t0 = time.perf_counter()
+        score = grading.autograde(course_dir, assignment, "reference")
+        seconds = time.perf_counter() - t0
+        print(f"[course]   {score.score:g}/{score.max_score:g} in {seconds:.1f} s", flush=True)
+        records.append({"assignment": assignment, "score": score.score, "max_score": score.max_score,
+                        "seconds": round(seconds, 1), "success": score.success,
+                        "cells": {k: list(v) for k, v in score.cells.items()}})
+    return records
+
+
+def _summary_markdown(chapters: list[dict], exercises: list[dict], wall_s: float) -> str:
+    import ray
+
+    from raydata_course import __version__
+
+    lines = ["# Streaming Ray Data: course run", "",
+             f"raydata_course {__version__}, Ray {ray.__version__}; wall time {wall_s:.0f} s.", "",
+             "## Notebooks", "", "| notebook | status | seconds |", "|---|---|---:|"]
+    lines += [f"| {c['notebook']} | {c['status']}{': ' + c['error'] if c['error'] else ''} | {c['seconds']:.1f} |"
+              for c in chapters]
+    lines += ["", "## Reference solutions (autograded with hidden tests)", "",
+              "| exercise | score | seconds |", "|---|---:|---:|"]
+    lines += [f"| {e['assignment']} | {e['score']:g} / {e['max_score']:g}{'' if e['success'] else ' (autograde failed)'} | {e['seconds']:.1f} |"
+              for e in exercises]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m raydata_course.course", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("build/course"), help="output folder (default build/course)")
+    parser.add_argument("--skip-chapters", action="store_true", help="only grade the reference solutions")
+    parser.add_argument("--skip-grading", action="store_true", help="only run the chapters")
+    args = parser.parse_args(argv)
+
+    t0 = time.perf_counter()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    chapters = [] if args.skip_chapters else run_chapters(out / "chapters")
+    exercises = [] if args.skip_grading else grade_references(out / "grading")
+    wall_s = time.perf_counter() - t0
+    (out / "summary.json").write_text(json.dumps({"chapters": chapters, "exercises": exercises,
+                                                  "wall_s": round(wall_s, 1)}, indent=2))
+    summary = _summary_markdown(chapters, exercises, wall_s)
+    (out / "summary.md").write_text(summary)
+    print(summary)
+    print(f"[course] wrote {out / 'summary.md'}")
+    failed = [c["notebook"] for c in chapters if c["status"] != "ok"]
+    failed += [e["assignment"] for e in exercises if not e["success"] or e["score"] < e["max_score"]]
+    if failed:
+        print(f"[course] FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Execute notebooks headless with nbclient, and keep committed notebooks clean.
+
+Examples:
+    >>> import nbformat
+    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    >>> nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"})]
+    >>> [len(c.outputs) for c in strip_outputs(nb).cells]
+    [0]
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["KERNEL_NAME", "NotebookRun", "execute_notebook", "strip_outputs", "is_stripped"]
+
+KERNEL_NAME = "raydata-course"
+
+
+@dataclass
+class NotebookRun:
+    """The outcome of one headless execution.
+
+    Attributes:
+        path: the notebook that was run.
+        status: ``"ok"``, ``"error"`` (a cell raised) or ``"timeout"`` (a cell ran too long).
+        seconds: wall time of the execution, kernel start included, in seconds.
+        error: the failing cell's error name and value, or None.
+        output_path: where the executed notebook was written, or None.
+    """
+
+    path: Path
+    status: str
+    seconds: float
+    error: str | None = None
+    output_path: Path | None = None
+
+
+def execute_notebook(
+    path: str | os.PathLike,
+    output_path: str | os.PathLike | None = None,
+    *,
+    cell_timeout_s: int = 600,
+    kernel_name: str = KERNEL_NAME,
+    cwd: str | os.PathLike | None = None,
+    env: dict[str, str | None] | None = None,
+) -> NotebookRun:
+    """Run a notebook top to bottom in a fresh kernel; stop at the first error.
+
+    A cell tagged ``raises-exception`` may raise; any other error ends the run.
+    ``RAYDATA_COURSE_HEADLESS=1`` is set for the kernel, so Ray Data draws no progress bars.
+
+    Args:
+        path: the notebook to run.
+        output_path: where to write the executed notebook (with outputs); not written if None.
+        cell_timeout_s: per-cell limit in seconds.
+        kernel_name: the Jupyter kernel to start, regardless of the notebook's metadata.
+        cwd: working folder of the kernel; default the notebook's folder.
+        env: environment changes for the kernel (a value of None unsets the variable),
+            e.g. ``{"RAY_ADDRESS": None}`` to make the notebook start its own cluster.
+
+    Returns:
+        A :class:`NotebookRun`.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No notebook at {path}.")
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=cell_timeout_s,
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(cwd or path.parent)}},
+    )
+    changes = {"RAYDATA_COURSE_HEADLESS": "1", **(env or {})}
+    saved = {k: os.environ.get(k) for k in changes}
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    start = time.perf_counter()
+    status, error = "ok", None
+    try:
+        client.execute()
+    except CellTimeoutError as exc:
+        status, error = "timeout", str(exc).strip().splitlines()[-1][:500]
+    except (CellExecutionError, DeadKernelError) as exc:
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        status, error = "error", (lines[-1] if lines else type(exc).__name__)[:500]
+    finally:
+        seconds = time.perf_counter() - start
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    written = None
+    if output_path is not None:
+        written = Path(output_path)
+        written.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, written)
+    return NotebookRun(path, status, seconds, error, written)
+
+
+def strip_outputs(notebook):
+    """Return a copy with outputs and execution counts removed, all metadata kept.
+
+    Uses ``nbstripout``'s own ``strip_output`` with its default key list, which leaves the
+    ``nbgrader`` cell metadata and ``tags`` alone.
+    """
+    from nbstripout import strip_output
+
+    return strip_output(copy.deepcopy(notebook), keep_output=False, keep_count=False, keep_id=True)
+
+
+def is_stripped(notebook) -> bool:
+    """True when no cell has outputs or an execution count."""
+    return all(
+        not c.get("outputs") and c.get("execution_count") is None
+        for c in notebook.cells
+        if c.cell_type == "code"
+    )

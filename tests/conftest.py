@@ -1,0 +1,56 @@
+"""Shared fixtures: one Ray cluster per test session, in a private temp folder.
+
+The session's temp folder is exported as RAYDATA_COURSE_TMPDIR before anything starts Ray,
+so every cluster the tests start (the shared one, and each notebook's own) lives under it,
+and the session-end check can prove that no Ray process outlived the suite.
+"""
+
+import os
+import time
+
+import pytest
+
+from raydata_course.cluster import TEMP_ROOT_ENV, ray_processes
+
+SESSION_TEMP_ROOT = f"/tmp/rdc-t{os.getpid()}"
+os.environ[TEMP_ROOT_ENV] = SESSION_TEMP_ROOT
+os.environ["RAYDATA_COURSE_HEADLESS"] = "1"
+os.environ.pop("RAY_ADDRESS", None)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local cluster in this process (4 CPUs, 1 GiB object store); yields its session.
+
+    Grading tests pass its address to the kernels they start (RAY_ADDRESS), so each graded
+    notebook connects instead of paying for its own cluster start.
+    """
+    import raydata_course as rc
+
+    session = rc.setup(num_cpus=4, object_store_memory_bytes=1024**3)
+    yield session
+    rc.shutdown()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if any Ray process started under this session's temp folder survives."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    deadline = time.monotonic() + 20
+    left = ray_processes(SESSION_TEMP_ROOT)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = ray_processes(SESSION_TEMP_ROOT)
+    if left:
+        import psutil
+
+        for proc in left:
+            try:
+                psutil.Process(proc["pid"]).kill()
+            except psutil.Error:
+                pass
+        listing = "\n".join(f"  pid {p['pid']}: {p['cmdline']}" for p in left)
+        print(f"\nERROR: {len(left)} Ray process(es) outlived the test session (now killed):\n{listing}")
+        session.exitstatus = 1

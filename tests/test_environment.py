@@ -1,0 +1,90 @@
+"""The pinned environment: one source of versions, honoured everywhere."""
+
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(\[[^\]]+\])?==([^\s;#]+)$")
+
+
+def _pins(lines):
+    pins = {}
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        match = PIN.match(line)
+        assert match, f"not an exact pin: {raw!r}"
+        pins[match.group(1).lower().replace("_", "-")] = (match.group(2) or "", match.group(3))
+    return pins
+
+
+def requirements():
+    return _pins((ROOT / "requirements.txt").read_text().splitlines())
+
+
+def test_requirements_are_exact_pins_of_the_course_stack():
+    pins = requirements()
+    assert pins["ray"] == ("[data,train]", "2.60.0")
+    assert pins["torch"][1] == "2.13.0"
+    assert pins["nbgrader"][1] == "0.9.6"
+    for name in ("pyarrow", "jupyterlab", "matplotlib", "nbclient", "nbformat", "pytest", "grpcio"):
+        assert name in pins, f"{name} must be pinned in requirements.txt"
+
+
+def test_environment_yml_agrees_with_requirements():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    assert "python=3.11" in deps, "environment.yml must pin python=3.11"
+    pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert "-e ." in pip_section, "environment.yml must install the course package (-e .)"
+    assert "-c requirements-lock.txt" in pip_section, "environment.yml must use the lock file"
+    assert _pins(pip_section) == requirements(), (
+        "environment.yml's pip pins differ from requirements.txt; copy requirements.txt's pins"
+    )
+
+
+def test_lock_file_contains_every_pin_unchanged():
+    lock = _pins((ROOT / "requirements-lock.txt").read_text().splitlines())
+    for name, (_, version) in requirements().items():
+        assert name in lock, f"{name} is missing from requirements-lock.txt: run `make lock`"
+        assert lock[name][1] == version, f"{name}: lock has {lock[name][1]}, requirements.txt {version}"
+
+
+def test_installed_versions_match_the_pins():
+    assert sys.version_info[:2] == (3, 11)
+    for name, (_, version) in requirements().items():
+        installed = metadata.version(name).split("+")[0]  # torch reports 2.13.0+cpu
+        assert installed == version, f"{name} {installed} is installed, but {version} is pinned: run `make setup`"
+
+
+def test_nbgrader_config_takes_effect():
+    """C21: the per-cell timeout must reach the Execute preprocessor nbgrader 0.9.6 uses."""
+    from nbgrader.preprocessors import Execute
+
+    from raydata_course.grading import KERNEL_NAME, StderrToStdout, nbgrader_config
+
+    config = nbgrader_config()
+    execute = Execute(config=config)
+    assert execute.timeout == 180
+    assert execute.kernel_name == KERNEL_NAME
+    assert config.CourseDirectory.source_directory == "solutions"
+    assert config.CourseDirectory.release_directory == "exercises"
+    assert config.OverwriteCells.add_missing_cells is True
+    assert StderrToStdout in config.Autograde.autograde_preprocessors
+
+
+def test_course_kernel_is_registered_in_the_venv():
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from raydata_course.grading import KERNEL_NAME
+
+    spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
+    assert Path(spec.argv[0]).resolve() == Path(sys.executable).resolve(), (
+        "the course kernel must run this environment's Python"
+    )

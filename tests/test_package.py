@@ -1,0 +1,208 @@
+"""Unit tests of the support package."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import raydata_course as rc
+from raydata_course import cluster, grading
+from raydata_course.data import load_digits_table, load_wine_table, write_parquet_files
+from raydata_course.notebooks import is_stripped, strip_outputs
+
+MiB = 1024**2
+
+
+# ----------------------------------------------------------------------------- cluster
+
+
+def test_import_has_no_side_effects():
+    code = (
+        "import sys, os; before = set(os.listdir('.'));"
+        "import raydata_course, raydata_course.cluster, raydata_course.data, raydata_course.grading;"
+        "assert 'ray' not in sys.modules or not __import__('ray').is_initialized();"
+        "assert set(os.listdir('.')) == before; print('clean')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "clean"
+
+
+def test_wrong_ray_version_is_a_clear_error(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "__version__", "2.55.1")
+    with pytest.raises(rc.RayVersionError, match=r"pinned to Ray 2\.60\.0, but Ray 2\.55\.1.*make setup"):
+        rc.check_ray_version()
+    with pytest.raises(rc.RayVersionError):
+        rc.setup()
+
+
+def test_default_cluster_size_clamps_to_the_machine(monkeypatch):
+    import psutil
+
+    class Mem:
+        available = 64 * 1024**3
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem)
+    size = rc.default_cluster_size()
+    assert size.object_store_memory_bytes == 2 * 1024**3  # capped
+    assert size.num_cpus >= 4
+    Mem.available = 1500 * MiB
+    assert rc.default_cluster_size().object_store_memory_bytes == 375 * MiB  # 25 %
+    Mem.available = 300 * MiB
+    with pytest.raises(rc.ClusterTooSmallError, match="MiB of RAM is available"):
+        rc.default_cluster_size()
+
+
+def test_long_temp_root_is_rejected_before_ray_starts():
+    with pytest.raises(ValueError, match="unix sockets"):
+        rc.setup(temp_root="/tmp/" + "x" * 60)
+
+
+def test_sizes_must_be_positive():
+    with pytest.raises(ValueError, match="num_cpus must be a positive number"):
+        rc.setup(num_cpus=0)
+
+
+def test_is_interactive_honours_headless(monkeypatch):
+    monkeypatch.setenv("RAYDATA_COURSE_HEADLESS", "1")
+    assert cluster.is_interactive() is False
+
+
+def test_setup_describes_the_shared_cluster(ray_cluster):
+    import ray.data
+
+    assert ray_cluster.num_cpus == 4
+    assert ray_cluster.object_store_memory_bytes == 1024**3
+    assert not ray_cluster.connected_to_existing
+    assert ray_cluster.temp_root == os.environ[cluster.TEMP_ROOT_ENV]
+    assert ray.data.DataContext.get_current().enable_progress_bars is False
+    assert "Ray 2.60.0" in str(ray_cluster)
+    assert cluster.ray_processes(), "the running cluster's processes should be found"
+
+
+def test_setup_connects_when_ray_address_is_set(ray_cluster):
+    code = (
+        "import raydata_course as rc; s = rc.setup(num_cpus=99);"
+        "print(s.connected_to_existing, s.num_cpus, s.temp_root); rc.shutdown()"
+    )
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "4", "None"]
+    assert "ignores num_cpus" in out.stderr
+
+
+def test_too_small_cluster_is_a_clear_error(ray_cluster):
+    with pytest.raises(rc.ClusterTooSmallError, match="needs at least 64 CPUs"):
+        rc.setup(require_num_cpus=64)
+
+
+def test_object_store_stats_sees_a_put(ray_cluster):
+    import numpy as np
+    import ray
+
+    from raydata_course.memory import object_store_stats
+
+    before = object_store_stats()
+    ref = ray.put(np.zeros(16 * MiB, dtype=np.uint8))
+    after = object_store_stats()
+    assert after.used_bytes - before.used_bytes >= 16 * MiB
+    assert after.num_local_objects >= before.num_local_objects + 1
+    del ref
+
+
+# -------------------------------------------------------------------------------- data
+
+
+def test_wine_table_is_the_real_data():
+    table = load_wine_table()
+    assert table.num_rows == 178
+    assert table.num_columns == 14
+    assert sorted(set(table["cultivar"].to_pylist())) == [0, 1, 2]
+    assert table["alcohol"].to_pylist()[0] == pytest.approx(14.23)  # first row of the UCI file
+
+
+def test_digits_table_shape():
+    table = load_digits_table()
+    assert table.num_rows == 1797
+    assert len(table["pixels"][0]) == 64
+    assert max(table["pixels"].combine_chunks().flatten().to_pylist()) == 16
+
+
+def test_write_parquet_files_splits_evenly(tmp_path):
+    import pyarrow.parquet as pq
+
+    paths = write_parquet_files(load_wine_table(), tmp_path / "w", 8)
+    counts = [pq.read_metadata(p).num_rows for p in paths]
+    assert len(paths) == 8 and sum(counts) == 178 and max(counts) - min(counts) <= 1
+
+
+def test_write_parquet_files_refuses_to_mix_with_old_files(tmp_path):
+    write_parquet_files(load_wine_table(), tmp_path, 2)
+    with pytest.raises(FileExistsError, match="already holds 2 Parquet"):
+        write_parquet_files(load_wine_table(), tmp_path, 2)
+    with pytest.raises(ValueError, match="num_files must be between 1 and 178"):
+        write_parquet_files(load_wine_table(), tmp_path / "x", 0)
+
+
+# ----------------------------------------------------------------------------- grading
+
+
+def test_hidden_check_outside_the_grader_says_so(monkeypatch):
+    monkeypatch.delenv(grading.ORACLES_ENV, raising=False)
+    with pytest.raises(grading.HiddenOraclesUnavailable, match="run only in the course's grader"):
+        grading.hidden_check("data01", "check_make_blocks", lambda *a: None)
+
+
+def test_hidden_check_reports_the_message_without_oracle_source(monkeypatch, tmp_path):
+    (tmp_path / "demo.py").write_text(
+        "SECRET = 41\n"
+        "def check_answer(fn):\n"
+        "    assert fn(SECRET) == SECRET + 1, 'On a larger input, the answer is off by one.'\n"
+        "def check_raises(fn):\n"
+        "    fn(SECRET)\n"
+    )
+    monkeypatch.setenv(grading.ORACLES_ENV, str(tmp_path))
+    grading.hidden_check("demo", "check_answer", lambda x: x + 1)
+    with pytest.raises(AssertionError) as info:
+        grading.hidden_check("demo", "check_answer", lambda x: x)
+    assert str(info.value) == "On a larger input, the answer is off by one."
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    with pytest.raises(AssertionError, match="your code raised ZeroDivisionError"):
+        grading.hidden_check("demo", "check_raises", lambda x: x / 0)
+
+
+def test_reference_answers_strip_the_markers():
+    answers = grading.reference_answers("data01")
+    assert set(answers) == {"block_row_counts_answer", "make_blocks_answer", "write_files_answer", "first_rows_by_answer"}
+    assert all("### BEGIN SOLUTION" not in a and "### END SOLUTION" not in a for a in answers.values())
+    assert "repartition" in answers["make_blocks_answer"]
+
+
+def test_fill_answers_rejects_unknown_cells():
+    nb = nbformat.read(grading.release_notebook("data01"), as_version=4)
+    with pytest.raises(KeyError, match="no answer cell with grade_id"):
+        grading.fill_answers(nb, {"nope": "x = 1"})
+
+
+def test_mutant_fixtures_name_real_cells():
+    nb = nbformat.read(grading.source_notebook("data01"), as_version=4)
+    grade_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    mutants = grading.load_mutants("data01")
+    assert len(mutants) >= 3
+    for m in mutants:
+        assert m.fails and m.fails <= grade_ids, f"{m.name}: FAILS must name grade cells"
+        assert m.description, f"{m.name} needs a docstring saying which mistake it makes"
+
+
+def test_strip_outputs_keeps_nbgrader_metadata():
+    nb = nbformat.read(grading.source_notebook("data01"), as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x")]
+    nb.cells[1].execution_count = 3
+    stripped = strip_outputs(nb)
+    assert is_stripped(stripped) and not is_stripped(nb)
+    assert [c.metadata.get("nbgrader") for c in stripped.cells] == [c.metadata.get("nbgrader") for c in nb.cells]
