@@ -283,13 +283,15 @@ def setup(
         if value is not None and value <= 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
 
+    if temp_root is not None:
+        _check_temp_root(temp_root)
     address_env = os.environ.get("RAY_ADDRESS", "")
     connected = False
     started_here = False
     root: str | None = None
     if ray.is_initialized():
         connected = bool(address_env)
-        logger.info("Ray is already running in this process; reusing it.")
+        logger.info("Ray is already running in this process; reusing it as it is.")
     elif address_env:
         if num_cpus is not None or object_store_memory_bytes is not None:
             logger.warning(
