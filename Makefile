@@ -1,6 +1,7 @@
 # Streaming Ray Data: every entry point creates .venv on first use.
 #
-#   make course      run every chapter headless and grade every reference solution (the main job)
+#   make course      run every chapter headless, grade every reference solution, run the quick lab
+#   make lab         the training-ingest lab: every variant, 3 repeats (QUICK=1: the CI subset)
 #   make test        the full test suite (what CI runs)
 #   make test-fast   the inner loop: package units and static checks, no notebook execution
 #   make release     regenerate exercises/ from solutions/ with nbgrader
@@ -18,7 +19,7 @@ STAMP := $(VENV)/.installed-stamp
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" RAYDATA_COURSE_HEADLESS=1
 KERNEL := raydata-course
 
-.PHONY: setup course test test-fast release jupyter lock strip clean
+.PHONY: setup course lab lab-quick test test-fast release jupyter lock strip clean
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
@@ -33,6 +34,12 @@ setup: $(STAMP)
 
 course: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.course --out build/course
+
+lab: $(STAMP)
+	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab $(if $(QUICK),--quick,)
+
+lab-quick: $(STAMP)
+	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick
 
 test: $(STAMP)
 	$(RUN) $(BIN)/python -m pytest

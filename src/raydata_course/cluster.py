@@ -49,6 +49,7 @@ GiB = 1024**3
 TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
 #: Set to ``1`` by the course's headless runners (``make course``, the tests, the grader).
 HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
+FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 
 # Ray puts unix sockets under its session folder; Linux limits a socket path to 107 bytes,
 # and Ray appends about 70 characters to the temp root.
@@ -247,12 +248,14 @@ def setup(
     progress_bars: bool | None = None,
     require_num_cpus: int = 1,
     require_object_store_bytes: int = 0,
+    system_config: dict[str, Any] | None = None,
 ) -> CourseSession:
     """Start the course's embedded local Ray cluster, or connect to the one in ``RAY_ADDRESS``.
 
     It checks the Ray version, seeds Python's and NumPy's generators, starts Ray without the
-    dashboard in a private temp folder, and turns Ray Data's progress bars off unless a
-    person is watching (see :func:`is_interactive`). Calling it again while Ray is running
+    dashboard in a private temp folder, sizes the Parquet reader's footer-reading actor pool
+    for the local cluster (``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``, unless already set), and
+    turns Ray Data's progress bars off unless a person is watching (see :func:`is_interactive`). Calling it again while Ray is running
     reuses the running cluster.
 
     Args:
@@ -264,6 +267,8 @@ def setup(
         progress_bars: force Ray Data's progress bars on or off; default: on when interactive.
         require_num_cpus: fail unless the cluster offers at least this many CPUs.
         require_object_store_bytes: fail unless the object store holds at least this many bytes.
+        system_config: Ray system settings for a local cluster (``ray.init(_system_config=...)``),
+            e.g. ``{"free_objects_period_milliseconds": 0}``; ignored when connecting.
 
     Returns:
         A :class:`CourseSession` describing the cluster.
@@ -306,6 +311,12 @@ def setup(
         root = temp_root or default_temp_root()
         _check_temp_root(root)
         os.makedirs(root, exist_ok=True)
+        # Ray 2.60's Parquet reader lists files in a task that starts an actor pool to read
+        # footers, 32 actors by default (RAY_DATA_PARQUET_FOOTER_NUM_ACTORS, read when
+        # read_parquet is called, in ray/data/_internal/datasource_v2/formats/parquet/
+        # footer_file_indexer.py). Starting 32 Python processes costs 4-6 s per read on two
+        # cores; a laptop-sized cluster needs one per four CPUs. A value the user set wins.
+        os.environ.setdefault(FOOTER_ACTORS_ENV, str(max(1, (num_cpus or size.num_cpus) // 4)))
         # Ray's processes inherit this, which lets ray_processes() find them even after
         # they rename themselves (ray::DashboardAgent, ...).
         os.environ[TEMP_ROOT_ENV] = root
@@ -314,6 +325,7 @@ def setup(
             object_store_memory=object_store_memory_bytes or size.object_store_memory_bytes,
             include_dashboard=False,
             _temp_dir=root,
+            _system_config=system_config or None,
         )
         started_here = True
 

@@ -6,10 +6,13 @@
   embedded local Ray cluster;
 - ``grading/``: a scratch nbgrader course in which each assignment's release, filled with the
   reference answers, was autograded (with the hidden oracles);
+- ``lab/``: the training-ingest lab in its quick mode (``python -m raydata_course.lab --quick``):
+  its table, ``results.json`` and figures;
 - ``summary.md`` and ``summary.json``: per notebook, status and seconds; per exercise, score
   over max.
 
-It exits non-zero if a chapter fails or a reference solution scores less than full marks.
+It exits non-zero if a chapter fails, a reference solution scores less than full marks, or the
+quick lab does not reproduce the overage.
 """
 
 from __future__ import annotations
@@ -65,7 +68,26 @@ def grade_references(course_dir: Path) -> list[dict]:
     return records
 
 
-def _summary_markdown(chapters: list[dict], exercises: list[dict], wall_s: float) -> str:
+def run_quick_lab(out_dir: Path) -> dict:
+    """Run the lab's quick mode in a fresh process (its own cluster); return a record."""
+    import os
+    import subprocess
+
+    print("[course] running the training-ingest lab (quick) ...", flush=True)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "raydata_course.lab", "--quick", "--out", str(out_dir)],
+                          env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    table = (out_dir / "table.md").read_text() if (out_dir / "table.md").is_file() else ""
+    status = "ok" if proc.returncode == 0 else "error"
+    print(f"[course]   {status} in {seconds:.1f} s", flush=True)
+    if status != "ok":
+        print(proc.stdout[-4000:] + proc.stderr[-4000:], file=sys.stderr)
+    return {"status": status, "seconds": round(seconds, 1), "table": table}
+
+
+def _summary_markdown(chapters: list[dict], exercises: list[dict], wall_s: float, lab: dict | None = None) -> str:
     import ray
 
     from raydata_course import __version__
@@ -79,6 +101,8 @@ def _summary_markdown(chapters: list[dict], exercises: list[dict], wall_s: float
               "| exercise | score | seconds |", "|---|---:|---:|"]
     lines += [f"| {e['assignment']} | {e['score']:g} / {e['max_score']:g}{'' if e['success'] else ' (autograde failed)'} | {e['seconds']:.1f} |"
               for e in exercises]
+    if lab is not None:
+        lines += ["", f"## Training-ingest lab, quick mode: {lab['status']} in {lab['seconds']:.1f} s", "", lab["table"]]
     return "\n".join(lines) + "\n"
 
 
@@ -87,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raydata_course.course", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("build/course"), help="output folder (default build/course)")
     parser.add_argument("--skip-chapters", action="store_true", help="only grade the reference solutions")
-    parser.add_argument("--skip-grading", action="store_true", help="only run the chapters")
+    parser.add_argument("--skip-grading", action="store_true", help="do not grade the reference solutions")
+    parser.add_argument("--skip-lab", action="store_true", help="do not run the quick lab")
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -95,15 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     chapters = [] if args.skip_chapters else run_chapters(out / "chapters")
     exercises = [] if args.skip_grading else grade_references(out / "grading")
+    lab = None if args.skip_lab else run_quick_lab(out / "lab")
     wall_s = time.perf_counter() - t0
-    (out / "summary.json").write_text(json.dumps({"chapters": chapters, "exercises": exercises,
+    (out / "summary.json").write_text(json.dumps({"chapters": chapters, "exercises": exercises, "lab": lab,
                                                   "wall_s": round(wall_s, 1)}, indent=2))
-    summary = _summary_markdown(chapters, exercises, wall_s)
+    summary = _summary_markdown(chapters, exercises, wall_s, lab)
     (out / "summary.md").write_text(summary)
     print(summary)
     print(f"[course] wrote {out / 'summary.md'}")
     failed = [c["notebook"] for c in chapters if c["status"] != "ok"]
     failed += [e["assignment"] for e in exercises if not e["success"] or e["score"] < e["max_score"]]
+    if lab is not None and lab["status"] != "ok":
+        failed.append("lab (quick)")
     if failed:
         print(f"[course] FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

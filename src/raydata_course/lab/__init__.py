@@ -1,0 +1,1 @@
+"""The capstone training-ingest lab: workload, probes, buffer model and runner."""

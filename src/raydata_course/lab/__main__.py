@@ -1,0 +1,111 @@
+"""``make lab``: reproduce the hidden-buffer overage of the Ray Data → Ray Train ingest path.
+
+    python -m raydata_course.lab [--quick] [--out build/lab] [--device auto|cpu|cuda]
+
+Runs the variants of :func:`raydata_course.lab.run.variants_for` on an embedded local cluster,
+prints a table like upstream's release test (variant, budget, measured peak as median and
+spread, overage, predicted hidden, realization), and writes ``results.json``,
+``timeline-<variant>.png``, ``breakdown.png`` and ``table.md`` to the output folder.
+``--quick`` (for CI) runs only the slow variants, once, and exits 1 unless the measured peak
+exceeds the budget and hidden batches were seen in every slow variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raydata_course.lab", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI mode: slow variants once, assert the overage")
+    parser.add_argument("--out", type=Path, default=Path("build/lab"), help="output folder (default build/lab)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--variants", default="", help="comma-separated subset of variant names")
+    args = parser.parse_args(argv)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import ray
+    import torch
+
+    from raydata_course.lab.buffer_model import inspect_consumer_pipeline
+    from raydata_course.lab.plots import plot_breakdown, plot_timeline
+    from raydata_course.lab.run import LabSession, format_table, save_results, summarize, variants_for
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda was asked for, but torch sees no CUDA device.", file=sys.stderr)
+        return 2
+    variants = variants_for(device, args.quick)
+    if args.variants:
+        wanted = set(args.variants.split(","))
+        unknown = wanted - {v.name for v in variants}
+        if unknown:
+            print(f"unknown variant(s) {sorted(unknown)}; choose from {[v.name for v in variants]}", file=sys.stderr)
+            return 2
+        variants = [v for v in variants if v.name in wanted]
+
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    results, wall = [], {}
+    with LabSession(out, object_store_bytes=variants[0].object_store_bytes, num_cpus=variants[0].num_cpus) as lab:
+        facts = inspect_consumer_pipeline()
+        for config in variants:
+            print(f"[lab] {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "
+                  f"{config.batch_bytes / 2**20:.1f} MiB batches, {config.batches_per_consumer} batches x "
+                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step ...", flush=True)
+            t = time.perf_counter()
+            runs = lab.run(config)
+            wall[config.name] = round(time.perf_counter() - t, 1)
+            for r in runs:
+                print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / 2**20:.0f} MiB, budget {r.budget_bytes / 2**20:.0f} MiB, "
+                      f"Ray Data believed {r.believed_peak_bytes / 2**20:.0f} MiB, hidden {r.hidden_peak_bytes / 2**20:.0f} MiB "
+                      f"({r.hidden_batches_per_consumer:.1f} batches/consumer)", flush=True)
+            results += runs
+    rows = summarize(results)
+    table = format_table(rows, ray.__version__)
+    meta = {
+        "ray_version": ray.__version__, "torch_version": torch.__version__, "python": platform.python_version(),
+        "device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+        "machine": platform.machine(), "cpus": __import__("os").cpu_count(), "quick": args.quick,
+        "pipeline": facts.__dict__, "variant_wall_s": wall, "total_wall_s": round(time.perf_counter() - t0, 1),
+        "probe_cost": results[0].probe_cost if results else {},
+    }
+    save_results(results, rows, out, meta)
+    (out / "table.md").write_text(table + "\n")
+    import matplotlib.pyplot as plt
+
+    for row in rows:
+        first = next(r for r in results if r.variant == row["variant"])
+        plot_timeline(first.__dict__, out / f"timeline-{row['variant']}.png")
+        plt.close("all")
+    plot_breakdown(rows, [r.__dict__ for r in results], out / "breakdown.png")
+    print()
+    print(table)
+    print(f"\n[lab] wall time per variant (s): {json.dumps(wall)}; total {meta['total_wall_s']} s")
+    print(f"[lab] sampler cost per call: {meta['probe_cost']}")
+    print(f"[lab] wrote {out / 'results.json'}, {out / 'table.md'} and figures")
+
+    if args.quick:
+        problems = [f"{r['variant']}: peak {r['peak_bytes_median'] / 2**20:.0f} MiB is not above the "
+                    f"{r['budget_bytes'] / 2**20:.0f} MiB budget" for r in rows if r["overage_bytes"] <= 0]
+        problems += [f"{r['variant']}: no hidden (pinned, unreferenced) batch was measured"
+                     for r in rows if r["hidden_batches_per_consumer"] < 1]
+        if problems:
+            print("[lab] QUICK CHECK FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+            return 1
+        print("[lab] quick check passed: every slow variant exceeded its budget and held hidden batches.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Figures for the lab: a memory timeline per variant and a stacked bar of where bytes sit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raydata_course.lab.workload import MiB
+
+__all__ = ["plot_timeline", "plot_breakdown"]
+
+
+def plot_timeline(result: dict, path: str | Path | None = None, ax=None):
+    """Actual object-store bytes vs Ray Data's belief vs its budget, over one run.
+
+    Args:
+        result: one run of ``results.json`` (a ``RunResult`` as a dict).
+        path: save the figure there (PNG); not saved if None.
+        ax: draw into this matplotlib axes; a new figure if None.
+
+    Returns:
+        The matplotlib axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    t = result["timeline"]
+    ax.plot(t["t_s"], [b / MiB for b in t["used_bytes"]], label="actual (plasma used)", color="black")
+    ax.plot(t["believed_t_s"], [b / MiB for b in t["believed_bytes"]], label="Ray Data believes", color="tab:blue")
+    ax.plot(t["hidden_t_s"], [b / MiB for b in t["hidden_bytes"]], label="pinned, no ObjectRef (hidden)",
+            color="tab:red", linestyle="--")
+    ax.axhline(result["budget_bytes"] / MiB, label="Ray Data budget", color="tab:green", linestyle=":")
+    ax.set_xlabel("seconds since the run started")
+    ax.set_ylabel("MiB")
+    ax.set_title(f"{result['variant']} (epoch {result['repeat']})")
+    ax.legend(loc="upper right", fontsize=8)
+    if path is not None:
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=110)
+    return ax
+
+
+def plot_breakdown(summary_rows: list[dict], runs: list[dict], path: str | Path | None = None, ax=None):
+    """Stacked bars at each variant's peak: what Ray Data counts, hidden batches, the rest.
+
+    Args:
+        summary_rows: ``results.json["summary"]``.
+        runs: ``results.json["runs"]``; the run whose peak is the variant's median is used.
+        path: save the figure there (PNG); not saved if None.
+        ax: draw into this matplotlib axes; a new figure if None.
+
+    Returns:
+        The matplotlib axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    names, believed, hidden, other, budgets = [], [], [], [], []
+    for row in summary_rows:
+        mine = [r for r in runs if r["variant"] == row["variant"]]
+        run = min(mine, key=lambda r: abs(r["peak_bytes"] - row["peak_bytes_median"]))
+        b = run["peak_breakdown"]
+        names.append(row["variant"])
+        believed.append(b["believed_bytes"] / MiB)
+        hidden.append(b["hidden_bytes"] / MiB)
+        other.append(b["other_bytes"] / MiB)
+        budgets.append(row["budget_bytes"] / MiB)
+    x = range(len(names))
+    ax.bar(x, believed, label="Ray Data's usage (counted)", color="tab:blue")
+    ax.bar(x, hidden, bottom=believed, label="hidden: pinned, no ObjectRef", color="tab:red")
+    ax.bar(x, other, bottom=[a + b for a, b in zip(believed, hidden)],
+           label="other (freed, not yet deleted; estimate error)", color="tab:gray")
+    for i, budget in enumerate(budgets):
+        ax.hlines(budget, i - 0.4, i + 0.4, color="tab:green", linestyle=":", label="budget" if i == 0 else None)
+    ax.set_xticks(list(x), names)
+    ax.set_ylabel("MiB at the measured peak")
+    ax.legend(fontsize=8)
+    if path is not None:
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=110)
+    return ax

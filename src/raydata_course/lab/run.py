@@ -1,0 +1,365 @@
+"""Run lab variants, measure them, and report: the engine behind ``make lab``.
+
+One *run* = one variant on the lab's local cluster, with :class:`PlasmaSampler` polling the
+raylets at 10 Hz and :class:`RayDataProbe` recording what Ray Data believes. From the samples
+it derives, for that run:
+
+- ``peak_bytes``: the highest actual object-store usage;
+- ``budget_bytes``: Ray Data's object-store limit, as its resource manager reported it;
+- ``overage_bytes = peak_bytes - budget_bytes`` (upstream's definition);
+- ``believed_peak_bytes``: the highest usage Ray Data's resource manager reported;
+- ``hidden_peak_bytes``: the most bytes pinned in memory with no ``ObjectRef`` left (the
+  hidden batches, counted directly), and ``hidden_batches_per_consumer`` = that over
+  (batch bytes × consumers);
+- ``predicted_hidden_bytes`` from :mod:`raydata_course.lab.buffer_model`, and
+  ``realization = overage / predicted`` as upstream reports it;
+- throughput: rows/s and batches/s over the consumption phase, and the median train-step time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raydata_course.lab.buffer_model import hidden_batches
+from raydata_course.lab.workload import MiB, LabConfig
+
+__all__ = ["RunResult", "LabSession", "summarize", "format_table", "variants_for"]
+
+
+@dataclass
+class RunResult:
+    """Measurements of one run (bytes, seconds, rows; see the module docstring)."""
+
+    variant: str
+    repeat: int
+    config: dict
+    peak_bytes: int
+    budget_bytes: int
+    overage_bytes: int
+    believed_peak_bytes: int
+    hidden_peak_bytes: int
+    hidden_batches_per_consumer: float
+    predicted_hidden_bytes: int
+    predicted_hidden_batches: int
+    hidden_range_batches: tuple[int, int]
+    upstream_hidden_batches: int
+    realization: float
+    spilled_bytes: int
+    rows: int
+    batches: int
+    consume_s: float
+    rows_per_s: float
+    batches_per_s: float
+    step_s_median: float
+    wait_s_median: float
+    first_batch_s: float
+    wall_s: float
+    total_wall_s: float
+    peak_breakdown: dict = field(default_factory=dict)
+    probe_cost: dict = field(default_factory=dict)
+    timeline: dict = field(default_factory=dict)
+
+
+def variants_for(device: str, quick: bool) -> list[LabConfig]:
+    """The lab's variants: slow and fast consumers, in the driver and under Ray Train.
+
+    CPU: 32 MiB batches, ``prefetch_batches=4``, a 256 MiB Ray Data budget in a 2 GiB store,
+    2 TorchTrainer workers (gloo), 24 batches per consumer and 3 epochs (each epoch is a
+    fresh execution, measured as one repeat). GPU: 96 MiB batches (a batch must stay one
+    block, under the 128 MiB ``target_max_block_size``), real host-to-device copies, a 1 GiB
+    budget in an 8 GiB store, one DDP (NCCL) worker per GPU (NCCL allows one rank per GPU).
+    ``quick`` keeps only the slow variants, with 10 batches and one epoch.
+    """
+    if device == "cuda":
+        import torch
+
+        gpus = max(1, torch.cuda.device_count())
+        base = LabConfig(name="", device="cuda", batch_rows=(96 * MiB) // (3 * 224 * 224 + 8),
+                         budget_bytes=1024 * MiB, object_store_bytes=8192 * MiB, num_cpus=8,
+                         batches_per_consumer=32, cpus_per_worker=1.0)
+        train_consumers = gpus
+    else:
+        base = LabConfig(name="", batches_per_consumer=24)
+        train_consumers = 2
+    slow, fast = 0.25, 0.0
+    variants = [
+        base.with_(name="driver-slow", mode="driver", consumers=1, step_delay_s=slow),
+        base.with_(name="train-slow", mode="train", consumers=train_consumers, step_delay_s=slow),
+    ]
+    if not quick:
+        variants += [
+            base.with_(name="driver-fast", mode="driver", consumers=1, step_delay_s=fast),
+            base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast),
+        ]
+    if quick:
+        return [v.with_(batches_per_consumer=10, epochs=1) for v in variants]
+    return [v.with_(epochs=3) for v in variants]
+
+
+class LabSession:
+    """Owns the lab's local cluster, its recorder and the probes, across runs.
+
+    Args:
+        out_dir: folder for data, Ray Train results and outputs.
+        object_store_bytes: size of the cluster's object store.
+        num_cpus: logical CPUs of the cluster.
+        system_config: Ray system settings, e.g. ``{"free_objects_period_milliseconds": 0}``.
+    """
+
+    def __init__(self, out_dir: str | Path, *, object_store_bytes: int = 2048 * MiB, num_cpus: int = 4,
+                 system_config: dict | None = None):
+        import ray.data
+
+        import raydata_course as rc
+        from raydata_course.lab.probes import RayDataProbe, start_recorder
+
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.session = rc.setup(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes,
+                                require_object_store_bytes=int(object_store_bytes * 0.9),
+                                system_config=system_config)
+        self.recorder = start_recorder()
+        ctx = ray.data.DataContext.get_current()
+        if RayDataProbe not in ctx.custom_execution_callback_classes:
+            ctx.custom_execution_callback_classes.append(RayDataProbe)
+        ctx.enable_progress_bars = False
+        # Warm-up, not measured: start Ray Data's worker processes once, so the first
+        # variant's time to first batch is not mostly Python start-up.
+        ray.data.range(64, override_num_blocks=4).map_batches(lambda b: b).materialize()
+
+    def close(self) -> None:
+        import raydata_course as rc
+
+        rc.shutdown()
+
+    def __enter__(self) -> LabSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_until_store_drains(self, timeout_s: float = 30.0, below_bytes: int = 8 * MiB) -> int:
+        """Block until the object store holds under ``below_bytes``; return what it holds."""
+        from raydata_course.memory import object_store_stats
+
+        deadline = time.monotonic() + timeout_s
+        used = object_store_stats().used_bytes
+        while used > below_bytes and time.monotonic() < deadline:
+            time.sleep(0.2)
+            used = object_store_stats().used_bytes
+        return used
+
+    def data_dir(self, config: LabConfig) -> Path:
+        from raydata_course.lab.photos import build_image_parquet
+        from raydata_course.lab.workload import ENCODED_SIDE
+
+        rows_per_file = config.batch_rows * 4
+        files = -(-config.num_rows // rows_per_file)
+        return build_image_parquet(self.out_dir / "data" / f"rows{config.batch_rows}", files * rows_per_file,
+                                   encoded_side=ENCODED_SIDE, rows_per_file=rows_per_file)
+
+    def run(self, config: LabConfig) -> list[RunResult]:
+        """Run one variant (``config.epochs`` epochs) and measure each epoch as a repeat."""
+        import ray
+        import ray.data
+
+        from raydata_course.lab.probes import PlasmaSampler, time_probe_cost_s
+        from raydata_course.lab.workload import build_dataset, consume_in_driver
+
+        data_dir = self.data_dir(config)
+        self.wait_until_store_drains()
+        ray.get(self.recorder.drain.remote())
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
+            object_store_memory=config.budget_bytes)
+
+        sampler = PlasmaSampler(interval_s=0.1, classify_every=3, min_object_bytes=max(1 << 20, config.batch_bytes // 4))
+        probe_cost = time_probe_cost_s(sampler)
+        spilled0 = sampler.sample().spilled_bytes_total
+        wall_start = time.perf_counter()
+        sampler.start()
+        t_wall0 = time.time()
+        try:
+            ds = build_dataset(config, data_dir)
+            if config.mode == "driver":
+                records = consume_in_driver(ds, config)
+            else:
+                self._run_trainer(ds, config)
+                records = []
+        finally:
+            samples = sampler.stop()
+        wall_s = time.perf_counter() - wall_start
+        time.sleep(RayDataProbeFlushS)
+        probe_samples, worker_records = ray.get(self.recorder.drain.remote())
+        records = records or worker_records
+        if not records:
+            raise RuntimeError(f"{config.name}: no consumer reported its epochs; see the Ray Train logs above.")
+        results = []
+        for epoch in range(config.epochs):
+            epoch_records = [r for r in records if r["epoch"] == epoch]
+            start = min(r["t_start_wall_s"] for r in epoch_records) - t_wall0
+            end = max(r["t_end_wall_s"] for r in epoch_records) - t_wall0
+            in_window = [x for x in samples if start <= x.t_s <= end]
+            probes = [p for p in probe_samples if start <= p["t_wall_s"] - t_wall0 <= end]
+            results.append(_measure(config, epoch, in_window, probes, epoch_records, t_wall0,
+                                    end - start, spilled0, probe_cost, total_wall_s=wall_s))
+        return results
+
+    def _run_trainer(self, ds, config: LabConfig) -> None:
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.torch import TorchConfig, TorchTrainer
+
+        from raydata_course.lab.workload import train_loop_per_worker
+
+        use_gpu = config.device == "cuda"
+        loop_config = {k: v for k, v in asdict(config).items()}
+        trainer = TorchTrainer(
+            train_loop_per_worker,
+            train_loop_config=loop_config,
+            torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+            scaling_config=ScalingConfig(num_workers=config.consumers, use_gpu=use_gpu,
+                                         resources_per_worker={"CPU": config.cpus_per_worker}),
+            datasets={"train": ds},
+            run_config=RunConfig(storage_path=str((self.out_dir / "ray_results").resolve()),
+                                 name=f"{config.name}-{int(time.time() * 1000)}"),
+        )
+        trainer.fit()
+
+
+#: seconds to wait after a run so the probes' last samples reach the recorder.
+RayDataProbeFlushS = 1.0
+
+
+def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
+             t_wall0: float, wall_s: float, spilled0: int, probe_cost: dict, total_wall_s: float) -> RunResult:
+    model = hidden_batches(config.prefetch_batches)
+    peak = max((s.used_bytes for s in samples), default=0)
+    limits = [p["limit_bytes"] for p in probe_samples if p["limit_bytes"] > 0]
+    budget = max(limits) if limits else config.budget_bytes
+    believed = [p["usage_bytes"] for p in probe_samples]
+    hidden = [s.pinned_unreferenced_bytes for s in samples if s.pinned_unreferenced_bytes is not None]
+    hidden_peak = max(hidden, default=0)
+    predicted = model.hidden_bytes(config.batch_bytes, config.consumers)
+    overage = peak - budget
+    rows = sum(int(c.get("rows", 0)) for c in consumers)
+    batches = sum(int(c.get("batches", 0)) for c in consumers)
+    consume_s = max((float(c.get("consume_s", 0.0)) for c in consumers), default=0.0) or wall_s
+    steps = [s for c in consumers for s in c.get("step_s", [])]
+    waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
+    first_waits = [c["wait_s"][0] for c in consumers if c.get("wait_s")]
+    peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
+    nearest = lambda ts, vs: vs[min(range(len(ts)), key=lambda i: abs(ts[i] - peak_t))] if ts else 0  # noqa: E731
+    believed_at_peak = nearest([p["t_wall_s"] - t_wall0 for p in probe_samples], believed)
+    hidden_at_peak = nearest([x.t_s for x in samples if x.pinned_unreferenced_bytes is not None], hidden)
+    peak_breakdown = {
+        "t_s": peak_t,
+        "believed_bytes": believed_at_peak,
+        "hidden_bytes": hidden_at_peak,
+        "other_bytes": max(0, peak - believed_at_peak - hidden_at_peak),
+    }
+    timeline = {
+        "t_s": [round(s.t_s, 3) for s in samples],
+        "used_bytes": [s.used_bytes for s in samples],
+        "hidden_t_s": [round(s.t_s, 3) for s in samples if s.pinned_unreferenced_bytes is not None],
+        "hidden_bytes": hidden,
+        "referenced_bytes": [s.referenced_bytes for s in samples if s.referenced_bytes is not None],
+        "believed_t_s": [round(p["t_wall_s"] - t_wall0, 3) for p in probe_samples],
+        "believed_bytes": believed,
+        "limit_bytes": [p["limit_bytes"] for p in probe_samples],
+        "external_consumer_bytes": [p["external_consumer_bytes"] for p in probe_samples],
+        "executor": [p["executor"] for p in probe_samples],
+    }
+    return RunResult(
+        variant=config.name, repeat=repeat, config=config.as_dict(),
+        peak_bytes=peak, budget_bytes=budget, overage_bytes=overage,
+        believed_peak_bytes=max(believed, default=0),
+        hidden_peak_bytes=hidden_peak,
+        hidden_batches_per_consumer=hidden_peak / (config.batch_bytes * config.consumers),
+        predicted_hidden_bytes=predicted, predicted_hidden_batches=model.nominal,
+        hidden_range_batches=(model.low, model.high), upstream_hidden_batches=model.upstream,
+        realization=overage / predicted if predicted else float("nan"),
+        spilled_bytes=max((s.spilled_bytes_total for s in samples), default=spilled0) - spilled0,
+        rows=rows, batches=batches, consume_s=consume_s,
+        rows_per_s=rows / consume_s if consume_s else 0.0,
+        batches_per_s=batches / consume_s if consume_s else 0.0,
+        step_s_median=statistics.median(steps) if steps else float("nan"),
+        wait_s_median=statistics.median(waits) if waits else float("nan"),
+        first_batch_s=max(first_waits, default=float("nan")),
+        wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
+        probe_cost=probe_cost, timeline=timeline,
+    )
+
+
+# ------------------------------------------------------------------------------ reports
+
+
+def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
+    """One row per variant: medians and spreads over its repeats."""
+    rows = []
+    for name in dict.fromkeys(r.variant for r in results):
+        runs = [r for r in results if r.variant == name]
+        peaks = [r.peak_bytes for r in runs]
+        med = lambda xs: statistics.median(xs)  # noqa: E731
+        first = runs[0]
+        rows.append({
+            "variant": name,
+            "repeats": len(runs),
+            "consumers": first.config["consumers"],
+            "batch_bytes": first.config["batch_bytes"],
+            "budget_bytes": med([r.budget_bytes for r in runs]),
+            "peak_bytes_median": med(peaks),
+            "peak_bytes_min": min(peaks),
+            "peak_bytes_max": max(peaks),
+            "overage_bytes": med([r.overage_bytes for r in runs]),
+            "believed_peak_bytes": med([r.believed_peak_bytes for r in runs]),
+            "hidden_peak_bytes": med([r.hidden_peak_bytes for r in runs]),
+            "hidden_batches_per_consumer": med([r.hidden_batches_per_consumer for r in runs]),
+            "predicted_hidden_bytes": first.predicted_hidden_bytes,
+            "predicted_hidden_batches": first.predicted_hidden_batches,
+            "hidden_range_batches": list(first.hidden_range_batches),
+            "upstream_hidden_batches": first.upstream_hidden_batches,
+            "realization": med([r.realization for r in runs]),
+            "upstream_realization": med([r.overage_bytes for r in runs])
+            / (first.upstream_hidden_batches * first.config["batch_bytes"] * first.config["consumers"]),
+            "hidden_vs_model": med([r.hidden_peak_bytes for r in runs]) / first.predicted_hidden_bytes,
+            "spilled_bytes": max(r.spilled_bytes for r in runs),
+            "rows_per_s": med([r.rows_per_s for r in runs]),
+            "batches_per_s": med([r.batches_per_s for r in runs]),
+            "step_s_median": med([r.step_s_median for r in runs]),
+            "wall_s": [round(r.wall_s, 1) for r in runs],
+        })
+    return rows
+
+
+def format_table(rows: list[dict], ray_version: str) -> str:
+    """A Markdown table like upstream's, plus the hidden-buffer columns."""
+    mib = lambda b: f"{b / MiB:,.0f}"  # noqa: E731
+    head = (f"Ray {ray_version}\n\n"
+            "| variant | budget MiB | measured peak MiB (median, min-max) | overage MiB | RD believed MiB "
+            "| hidden measured MiB (batches/consumer) | predicted hidden MiB (N+2 per consumer) | hidden / predicted "
+            "| realization | upstream pf+4N+2 realization | spilled MiB | rows/s | batches/s | step s | run s |\n"
+            "|---|---:|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['variant']} | {mib(r['budget_bytes'])} | {mib(r['peak_bytes_median'])} "
+            f"({mib(r['peak_bytes_min'])}-{mib(r['peak_bytes_max'])}) | {mib(r['overage_bytes'])} "
+            f"| {mib(r['believed_peak_bytes'])} | {mib(r['hidden_peak_bytes'])} ({r['hidden_batches_per_consumer']:.1f}) "
+            f"| {mib(r['predicted_hidden_bytes'])} ({r['predicted_hidden_batches']}; range {r['hidden_range_batches'][0]}-{r['hidden_range_batches'][1]}) "
+            f"| {r['hidden_vs_model']:.0%} | {r['realization']:.0%} | {r['upstream_realization']:.0%} "
+            f"| {mib(r['spilled_bytes'])} | {r['rows_per_s']:,.0f} | {r['batches_per_s']:.2f} | {r['step_s_median']:.3f} "
+            f"| {', '.join(str(w) for w in r['wall_s'])} |"
+        )
+    return "\n".join(lines)
+
+
+def save_results(results: list[RunResult], rows: list[dict], out_dir: Path, meta: dict) -> Path:
+    """Write ``results.json`` (every run, with timelines) and return its path."""
+    path = out_dir / "results.json"
+    path.write_text(json.dumps({"meta": meta, "summary": rows, "runs": [asdict(r) for r in results]}, indent=1))
+    return path

@@ -1,0 +1,314 @@
+"""The lab's ingest workload: encoded photos → decode and augment → train a small CNN.
+
+Pipeline (one block = one batch, so every hidden batch pins exactly one block)::
+
+    read_parquet(JPEG bytes, label)
+      → repartition(target_num_rows_per_block=batch_rows)      # streaming, no shuffle
+      → map_batches(decode_and_augment, batch_size=batch_rows)  # CPU work: JPEG decode,
+                                                                 # random 224 crop, flip
+      → iter_torch_batches(batch_size=batch_rows, prefetch_batches=pf)   (driver), or
+        TorchTrainer + get_dataset_shard("train").iter_torch_batches(...) (Ray Train V2)
+
+Each decoded row is a (3, 224, 224) ``uint8`` image, 150,528 bytes, plus an ``int64`` label,
+so a batch of ``batch_rows`` rows is ``batch_rows * 150,536`` bytes (223 rows ≈ 32.0 MiB).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "IMAGE_SIDE",
+    "ENCODED_SIDE",
+    "ROW_BYTES",
+    "MiB",
+    "LabConfig",
+    "rows_for_batch_bytes",
+    "decode_and_augment",
+    "SmallCNN",
+    "build_dataset",
+    "train_step",
+    "consume_in_driver",
+    "train_loop_per_worker",
+]
+
+MiB = 1024**2
+IMAGE_SIDE = 224
+ENCODED_SIDE = 240
+#: bytes of one decoded row: a (3, 224, 224) uint8 image and an int64 label.
+ROW_BYTES = 3 * IMAGE_SIDE * IMAGE_SIDE + 8
+
+
+def rows_for_batch_bytes(batch_bytes: int) -> int:
+    """Rows per batch so that a batch holds at most ``batch_bytes`` bytes (at least 1)."""
+    return max(1, batch_bytes // ROW_BYTES)
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """One lab variant.
+
+    Attributes:
+        name: variant name used in tables and file names.
+        mode: ``"driver"`` (one ``iter_torch_batches`` in the driver) or ``"train"``
+            (``TorchTrainer`` with ``consumers`` workers, each iterating its shard).
+        consumers: number of consuming iterators (1 for driver mode).
+        batch_rows: rows per batch and per block.
+        batches_per_consumer: batches each consumer trains on.
+        prefetch_batches: ``prefetch_batches`` of ``iter_torch_batches``.
+        step_delay_s: extra seconds per training step; > 0 makes a slow consumer.
+        budget_bytes: Ray Data's object-store limit
+            (``DataContext.execution_options.resource_limits.object_store_memory``).
+        object_store_bytes: size of the object store of the lab's local cluster.
+        num_cpus: logical CPUs of the lab's local cluster.
+        device: ``"cpu"`` or ``"cuda"``.
+        cpus_per_worker: CPUs each Train worker reserves.
+        epochs: passes over the data in one run; each epoch is a fresh execution of the
+            dataset (and, under Ray Train, of the split), so each is measured as a repeat.
+    """
+
+    name: str
+    mode: str = "driver"
+    consumers: int = 1
+    batch_rows: int = rows_for_batch_bytes(32 * MiB)
+    batches_per_consumer: int = 32
+    prefetch_batches: int = 4
+    step_delay_s: float = 0.25
+    budget_bytes: int = 256 * MiB
+    object_store_bytes: int = 2048 * MiB
+    num_cpus: int = 4
+    device: str = "cpu"
+    cpus_per_worker: float = 0.5
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("driver", "train"):
+            raise ValueError(f"mode must be 'driver' or 'train', got {self.mode!r}.")
+        if self.mode == "driver" and self.consumers != 1:
+            raise ValueError(f"driver mode has exactly one consumer, got consumers={self.consumers}.")
+        if self.batch_rows * ROW_BYTES > 120 * MiB:
+            raise ValueError("a batch must stay under Ray Data's 128 MiB target_max_block_size "
+                             f"to remain one block; {self.batch_rows} rows is {self.batch_bytes / MiB:.0f} MiB.")
+        for field_name in ("batches_per_consumer", "batch_rows", "consumers", "epochs"):
+            if getattr(self, field_name) < 1:
+                raise ValueError(f"{field_name} must be at least 1, got {getattr(self, field_name)}.")
+
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of one decoded batch (= one block)."""
+        return self.batch_rows * ROW_BYTES
+
+    @property
+    def num_rows(self) -> int:
+        """Rows the consumers read in total."""
+        return self.batch_rows * self.batches_per_consumer * self.consumers
+
+    def with_(self, **changes: Any) -> LabConfig:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "batch_bytes": self.batch_bytes, "num_rows": self.num_rows}
+
+
+def decode_and_augment(batch: dict) -> dict:
+    """Map-batches UDF: decode JPEG bytes, take a random 224x224 crop, flip half the images.
+
+    Args:
+        batch: ``{"image": array of JPEG bytes (n,), "label": int64 (n,)}``.
+
+    Returns:
+        ``{"image": uint8 (n, 3, 224, 224), "label": int64 (n,)}``; new arrays, the input
+        (read-only, zero-copy) is not modified.
+    """
+    from PIL import Image
+
+    rng = np.random.default_rng()
+    images = batch["image"]
+    out = np.empty((len(images), 3, IMAGE_SIDE, IMAGE_SIDE), dtype=np.uint8)
+    for i, encoded in enumerate(images):
+        pixels = np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB"))
+        h, w, _ = pixels.shape
+        top = int(rng.integers(0, h - IMAGE_SIDE + 1))
+        left = int(rng.integers(0, w - IMAGE_SIDE + 1))
+        crop = pixels[top : top + IMAGE_SIDE, left : left + IMAGE_SIDE]
+        if rng.random() < 0.5:
+            crop = crop[:, ::-1]
+        out[i] = crop.transpose(2, 0, 1)
+    return {"image": out, "label": np.asarray(batch["label"], dtype=np.int64)}
+
+
+def _torch_module():
+    import torch.nn as nn
+
+    class _SmallCNN(nn.Module):
+        """A small CNN for 3x224x224 images: an 8x8/8 patch convolution, a 3x3 convolution,
+        4x4 average pooling and a linear classifier (about 28 k parameters)."""
+
+        def __init__(self, num_classes: int = 12):
+            super().__init__()
+            self.net = nn.Sequential(
+                nn.Conv2d(3, 16, kernel_size=8, stride=8),
+                nn.ReLU(),
+                nn.Conv2d(16, 32, kernel_size=3, padding=1),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(4),
+                nn.Flatten(),
+                nn.Linear(32 * 16, num_classes),
+            )
+
+        def forward(self, x):
+            return self.net(x)
+
+    return _SmallCNN
+
+
+def SmallCNN(num_classes: int = 12):  # noqa: N802 - a factory that reads like a class
+    """Return a fresh small CNN (torch ``nn.Module``) for (n, 3, 224, 224) inputs."""
+    return _torch_module()(num_classes)
+
+
+def build_dataset(config: LabConfig, data_dir: str | Path):
+    """The lab's lazy Dataset over ``data_dir`` (see the module docstring).
+
+    Reads exactly the files holding ``config.num_rows`` rows (files hold a multiple of
+    ``batch_rows`` rows, see :func:`raydata_course.lab.photos.build_image_parquet`).
+    """
+    import pyarrow.parquet as pq
+    import ray
+
+    files = sorted(Path(data_dir).glob("part-*.parquet"))
+    chosen, rows = [], 0
+    for path in files:
+        if rows >= config.num_rows:
+            break
+        chosen.append(str(path))
+        rows += pq.read_metadata(path).num_rows
+    if rows < config.num_rows:
+        raise ValueError(f"{data_dir} holds {rows} rows, the variant needs {config.num_rows}; rebuild it larger.")
+    ds = ray.data.read_parquet(chosen)
+    if rows > config.num_rows:
+        ds = ds.limit(config.num_rows)
+    ds = ds.repartition(target_num_rows_per_block=config.batch_rows)
+    return ds.map_batches(decode_and_augment, batch_size=config.batch_rows)
+
+
+def train_step(model, optimizer, batch: dict, device) -> float:
+    """One real training step: uint8 images → float in [0, 1], forward, backward, update.
+
+    Returns:
+        The loss as a Python float.
+    """
+    import torch.nn.functional as F
+
+    images = batch["image"].to(device, non_blocking=True).float().div_(255.0)
+    labels = batch["label"].to(device, non_blocking=True)
+    loss = F.cross_entropy(model(images), labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+class _StepTimer:
+    """Times train steps: CUDA events on a GPU (device-side time), perf_counter on CPU."""
+
+    def __init__(self, device):
+        import torch
+
+        self.cuda = getattr(device, "type", str(device)) == "cuda"
+        self.torch = torch
+        self.step_s: list[float] = []
+        self.wait_s: list[float] = []
+
+    def run(self, fn):
+        if self.cuda:
+            start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            end.synchronize()
+            self.step_s.append(start.elapsed_time(end) / 1000.0)
+            return out
+        t0 = time.perf_counter()
+        out = fn()
+        self.step_s.append(time.perf_counter() - t0)
+        return out
+
+
+def _consume(iterator_batches, config: LabConfig, device, model, optimizer, timer: _StepTimer, epoch: int) -> dict:
+    rows = batches = 0
+    t_start_wall = time.time()
+    t_start = time.perf_counter()
+    t_wait = time.perf_counter()
+    for batch in iterator_batches:
+        timer.wait_s.append(time.perf_counter() - t_wait)
+        timer.run(lambda: train_step(model, optimizer, batch, device))
+        if config.step_delay_s:
+            time.sleep(config.step_delay_s)
+        rows += int(batch["label"].shape[0])
+        batches += 1
+        del batch
+        t_wait = time.perf_counter()
+    return {"epoch": epoch, "rows": rows, "batches": batches, "consume_s": time.perf_counter() - t_start,
+            "step_s": timer.step_s, "wait_s": timer.wait_s, "t_start_wall_s": t_start_wall,
+            "t_end_wall_s": time.time()}
+
+
+def consume_in_driver(ds, config: LabConfig) -> list[dict]:
+    """Train on ``ds`` in this process with ``iter_torch_batches``, ``config.epochs`` times.
+
+    Returns:
+        One record per epoch: ``{"epoch", "rows", "batches", "consume_s", "step_s": [...],
+        "wait_s": [...], "t_start_wall_s", "t_end_wall_s"}`` (seconds; ``wait_s[i]`` is how
+        long step ``i`` waited for its batch).
+    """
+    import torch
+
+    device = torch.device(config.device)
+    model = SmallCNN().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    records = []
+    for epoch in range(config.epochs):
+        batches = ds.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches,
+                                        device=config.device)
+        records.append(_consume(batches, config, device, model, optimizer, _StepTimer(device), epoch))
+    return records
+
+
+def train_loop_per_worker(loop_config: dict) -> None:
+    """Ray Train worker loop: the same steps as the driver, on this worker's shard.
+
+    ``loop_config`` holds the :class:`LabConfig` fields. Each worker sends its throughput
+    record to the lab's recorder actor and reports it to Ray Train.
+    """
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    from raydata_course.lab.probes import RECORDER_NAME, RECORDER_NAMESPACE
+
+    config = LabConfig(**loop_config)
+    device = ray.train.torch.get_device()
+    model = ray.train.torch.prepare_model(SmallCNN())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    shard = ray.train.get_dataset_shard("train")
+    rank = ray.train.get_context().get_world_rank()
+    try:
+        recorder = ray.get_actor(RECORDER_NAME, namespace=RECORDER_NAMESPACE)
+    except ValueError:
+        recorder = None
+    for epoch in range(config.epochs):
+        batches = shard.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches)
+        record = _consume(batches, config, device, model, optimizer, _StepTimer(device), epoch)
+        record["rank"] = rank
+        if recorder is not None:
+            ray.get(recorder.add_consumer.remote(record))
+        ray.train.report({"epoch": epoch, "rows": record["rows"], "batches": record["batches"],
+                          "consume_s": record["consume_s"]})

@@ -1,0 +1,201 @@
+"""The training-ingest lab: buffer model vs the installed code, probes, workload, quick run."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from raydata_course.lab.buffer_model import (
+    hidden_batches,
+    inspect_consumer_pipeline,
+    upstream_hidden_batches,
+)
+from raydata_course.lab.workload import ROW_BYTES, LabConfig, decode_and_augment, rows_for_batch_bytes
+
+MiB = 1024**2
+
+
+# ----------------------------------------------------------------------- buffer model
+
+
+def test_installed_pipeline_is_the_iter_threaded_design():
+    facts = inspect_consumer_pipeline()
+    assert facts.ray_version == "2.60.0"
+    assert facts.design == "iter_threaded"
+    assert facts.format_cap == 4
+    assert facts.outer_output_buffer == 1
+    assert facts.format_buffer_is_num_workers
+
+
+def test_format_cap_follows_the_environment_variable():
+    code = ("from raydata_course.lab.buffer_model import inspect_consumer_pipeline as f;"
+            "print(f().format_cap)")
+    env = {**os.environ, "RAY_DATA_MAX_FORMAT_THREADPOOL_NUM_WORKERS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "2"
+    assert hidden_batches(4, format_cap=2, design="iter_threaded").nominal == 4
+
+
+@pytest.mark.parametrize("pf,nominal,low,high,upstream", [(0, 2, 1, 2, 2), (1, 3, 2, 3, 7), (2, 4, 3, 4, 12),
+                                                          (4, 6, 5, 8, 22), (8, 6, 5, 8, 26)])
+def test_hidden_batches_table(pf, nominal, low, high, upstream):
+    m = hidden_batches(pf, format_cap=4, design="iter_threaded")
+    assert (m.nominal, m.low, m.high, m.upstream) == (nominal, low, high, upstream)
+    assert m.hidden_bytes(32 * MiB, consumers=2) == 2 * nominal * 32 * MiB
+
+
+def test_upstream_formula_matches_the_release_test():
+    # pf=4, N=4: (pf+1) + 1 + 2N + N + N = 22 (the upstream release-test breakdown)
+    assert upstream_hidden_batches(4, 4) == 22
+    with pytest.raises(ValueError, match="prefetch_batches must be >= 0"):
+        hidden_batches(-1)
+
+
+def test_iter_threaded_bounds_queued_plus_in_flight_items():
+    """The model's N rests on this: at most output_buffer_size items exist past the base
+    iterator and before the consumer, whatever the worker count."""
+    from ray.data._internal.block_batching.util import iter_threaded
+
+    alive = set()
+    peak = [0]
+    lock = threading.Lock()
+
+    class Item:
+        def __init__(self, i):
+            self.i = i
+            with lock:
+                alive.add(i)
+                peak[0] = max(peak[0], len(alive))
+
+    def fn(items):
+        for item in items:
+            time.sleep(0.005)
+            yield Item(item)
+
+    out = iter_threaded(iter(range(60)), fn=fn, num_workers=4, output_buffer_size=4)
+    for item in out:
+        time.sleep(0.01)  # a slow consumer: workers run ahead as far as they may
+        with lock:
+            alive.discard(item.i)
+    # 4 queued or in flight, plus the one the consumer holds while it sleeps
+    assert peak[0] <= 4 + 1
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_lab_config_sizes_and_errors():
+    rows = rows_for_batch_bytes(32 * MiB)
+    cfg = LabConfig(name="x", batch_rows=rows)
+    assert rows == 222 and cfg.batch_bytes == 222 * ROW_BYTES <= 32 * MiB
+    assert LabConfig(name="t", mode="train", consumers=2, batches_per_consumer=3).num_rows == 2 * 3 * rows
+    with pytest.raises(ValueError, match="driver mode has exactly one consumer"):
+        LabConfig(name="x", consumers=2)
+    with pytest.raises(ValueError, match="128 MiB target_max_block_size"):
+        LabConfig(name="x", batch_rows=rows_for_batch_bytes(200 * MiB))
+    with pytest.raises(ValueError, match="mode must be"):
+        LabConfig(name="x", mode="actors")
+
+
+# ---------------------------------------------------------------------------- workload
+
+
+def test_photo_dataset_is_deterministic_and_decodes(tmp_path):
+    import pyarrow.parquet as pq
+
+    from raydata_course.lab.photos import PHOTOS, build_image_parquet
+
+    a = build_image_parquet(tmp_path / "a", 40, rows_per_file=16)
+    b = build_image_parquet(tmp_path / "b", 40, rows_per_file=16)
+    files = sorted(a.glob("part-*.parquet"))
+    assert len(files) == 3
+    assert [f.read_bytes() for f in files] == [f.read_bytes() for f in sorted(b.glob("part-*.parquet"))]
+    table = pq.read_table(files[0])
+    assert table.column("image").to_pylist()[0][:2] == b"\xff\xd8"  # JPEG
+    assert set(table.column("label").to_pylist()) <= set(range(len(PHOTOS)))
+    images = np.array(table.column("image").to_pylist(), dtype=object)
+    images.setflags(write=False)  # Ray hands batches over read-only
+    out = decode_and_augment({"image": images, "label": np.asarray(table.column("label"))})
+    assert out["image"].shape == (16, 3, 224, 224) and out["image"].dtype == np.uint8
+    assert out["label"].dtype == np.int64
+    assert 20 < out["image"].mean() < 235  # real pixels, not a constant
+
+
+# ------------------------------------------------------------------------------ probes
+
+
+def test_plasma_sampler_counts_a_block_pinned_only_by_a_view(ray_cluster):
+    import ray
+
+    from raydata_course.lab.probes import PlasmaSampler
+
+    sampler = PlasmaSampler(min_object_bytes=MiB)
+    ref = ray.put(np.ones(16 * MiB, dtype=np.uint8))
+    view = ray.get(ref)[:10]  # a 10-byte view of a 16 MiB block
+    assert sampler.sample(classify=True).referenced_bytes >= 16 * MiB
+    del ref
+    time.sleep(1.5)
+    s = sampler.sample(classify=True)
+    assert s.pinned_unreferenced_bytes >= 16 * MiB and s.num_pinned_unreferenced >= 1
+    assert s.used_bytes >= 16 * MiB
+    del view
+    time.sleep(1.5)
+    assert sampler.sample(classify=True).pinned_unreferenced_bytes == 0
+    sampler.stop()
+
+
+def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
+    import ray
+    import ray.data
+
+    from raydata_course.lab.probes import RayDataProbe, start_recorder
+
+    recorder = start_recorder()
+    ray.get(recorder.drain.remote())
+    ctx = ray.data.DataContext.get_current()
+    ctx.custom_execution_callback_classes.append(RayDataProbe)
+    try:
+        ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(object_store_memory=64 * MiB)
+
+        def slow(batch):
+            time.sleep(0.05)
+            return {"x": np.zeros((len(batch["id"]), 4096), dtype=np.uint8)}
+
+        for _ in ray.data.range(2000, override_num_blocks=20).map_batches(slow).iter_batches():
+            time.sleep(0.02)
+        time.sleep(1.0)
+        samples, _ = ray.get(recorder.drain.remote())
+    finally:
+        ctx.custom_execution_callback_classes.remove(RayDataProbe)
+        ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(object_store_memory=None)
+        ray.kill(recorder)
+    assert len(samples) >= 3
+    assert max(s["usage_bytes"] for s in samples) > 0
+    assert {s["limit_bytes"] for s in samples if s["limit_bytes"] > 0} == {64 * MiB}
+
+
+# ---------------------------------------------------------------------------- quick lab
+
+
+@pytest.mark.slow
+def test_quick_lab_reproduces_the_overage(tmp_path):
+    """`make lab QUICK=1`: the slow variants exceed their budget by hidden batches that the
+    2.60 buffer model predicts."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-m", "raydata_course.lab", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert {r["variant"] for r in results["summary"]} == {"driver-slow", "train-slow"}
+    for row in results["summary"]:
+        assert row["overage_bytes"] > 0, row
+        low, high = row["hidden_range_batches"]
+        assert low - 0.5 <= row["hidden_batches_per_consumer"] <= high + 0.5, row
+        assert 0.75 <= row["hidden_vs_model"] <= 1.34, row
+    for name in ("breakdown.png", "timeline-driver-slow.png", "timeline-train-slow.png", "table.md"):
+        assert (tmp_path / name).stat().st_size > 0
