@@ -1,7 +1,8 @@
 # Streaming Ray Data: every entry point creates .venv on first use.
 #
 #   make course      run every chapter headless, grade every reference solution, run the quick lab
-#   make lab         the training-ingest lab: every variant, 3 repeats (QUICK=1: the CI subset)
+#   make lab         the training-ingest lab: every variant, 3 repeats (QUICK=1: the CI subset;
+#                    RAY=2.55.1: the same lab against another Ray release, in .venv-ray2.55.1)
 #   make test        the full test suite (what CI runs)
 #   make test-fast   the inner loop: package units and static checks, no notebook execution
 #   make release     regenerate exercises/ from solutions/ with nbgrader
@@ -19,6 +20,18 @@ STAMP := $(VENV)/.installed-stamp
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" RAYDATA_COURSE_HEADLESS=1
 KERNEL := raydata-course
 
+# `make lab RAY=2.55.1` runs the lab against another Ray release, in its own venv.
+RAY ?=
+ifneq ($(RAY),)
+LAB_VENV := .venv-ray$(RAY)
+LAB_OUT := build/lab-ray$(RAY)
+LAB_ENV := RAYDATA_COURSE_RAY_VERSION=$(RAY)
+else
+LAB_VENV := $(VENV)
+LAB_OUT := build/lab
+LAB_ENV :=
+endif
+
 .PHONY: setup course lab lab-quick test test-fast release jupyter lock strip clean
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
@@ -35,8 +48,21 @@ setup: $(STAMP)
 course: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.course --out build/course
 
-lab: $(STAMP)
-	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab $(if $(QUICK),--quick,)
+# Another Ray release's venv: the same pins, with only Ray swapped.
+.venv-ray%/.installed-stamp: requirements.txt requirements-lock.txt pyproject.toml
+	test -x .venv-ray$*/bin/python || $(PYTHON) -m venv .venv-ray$*
+	.venv-ray$*/bin/python -m pip install --quiet --upgrade pip
+	mkdir -p build
+	{ grep -v '^ray\[' requirements.txt; echo 'ray[data,train]==$*'; } > build/requirements-ray$*.txt
+	grep -v '^ray==' requirements-lock.txt > build/lock-ray$*.txt
+	.venv-ray$*/bin/python -m pip install --quiet -r build/requirements-ray$*.txt -c build/lock-ray$*.txt
+	.venv-ray$*/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+lab: $(LAB_VENV)/.installed-stamp
+	PATH="$(CURDIR)/$(LAB_VENV)/bin:$$PATH" RAYDATA_COURSE_HEADLESS=1 $(LAB_ENV) \
+	  $(LAB_VENV)/bin/python -m raydata_course.lab --out $(LAB_OUT) $(if $(QUICK),--quick,) \
+	  --compare-with $(sort $(wildcard build/lab/results.json build/lab-ray*/results.json))
 
 lab-quick: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick
@@ -69,4 +95,4 @@ strip: $(STAMP)
 	$(BIN)/python -m nbstripout --keep-id $$(git ls-files '*.ipynb')
 
 clean:
-	rm -rf build submitted autograded feedback source_with_tests gradebook.db
+	rm -rf build submitted autograded feedback source_with_tests gradebook.db .venv-ray*

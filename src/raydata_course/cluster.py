@@ -49,6 +49,8 @@ GiB = 1024**3
 TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
 #: Set to ``1`` by the course's headless runners (``make course``, the tests, the grader).
 HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
+#: Accept another Ray release; only the lab's across-versions run sets it (``make lab RAY=...``).
+RAY_VERSION_ENV = "RAYDATA_COURSE_RAY_VERSION"
 FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 
 # Ray puts unix sockets under its session folder; Linux limits a socket path to 107 bytes,
@@ -78,11 +80,13 @@ class ClusterSize:
     object_store_memory_bytes: int
 
 
-def check_ray_version(expected: str = RAY_VERSION) -> str:
+def check_ray_version(expected: str | None = None) -> str:
     """Check that the importable Ray is the course's pinned version.
 
     Args:
-        expected: the version string that must match ``ray.__version__`` exactly.
+        expected: the version string that must match ``ray.__version__`` exactly; default
+            ``RAY_VERSION``, or ``$RAYDATA_COURSE_RAY_VERSION`` when set (the lab's
+            across-versions environment, built by ``make lab RAY=<version>``).
 
     Returns:
         The installed version string.
@@ -90,6 +94,7 @@ def check_ray_version(expected: str = RAY_VERSION) -> str:
     Raises:
         RayVersionError: if Ray cannot be imported or its version differs.
     """
+    expected = expected or os.environ.get(RAY_VERSION_ENV) or RAY_VERSION
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - exercised only without Ray

@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/lab"), help="output folder (default build/lab)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--variants", default="", help="comma-separated subset of variant names")
+    parser.add_argument("--compare-with", nargs="*", type=Path, default=[], metavar="RESULTS_JSON",
+                        help="results.json files of other Ray versions to put beside this run in one table")
     args = parser.parse_args(argv)
 
     import matplotlib
@@ -36,7 +38,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from raydata_course.lab.buffer_model import inspect_consumer_pipeline
     from raydata_course.lab.plots import plot_breakdown, plot_timeline
-    from raydata_course.lab.run import LabSession, format_table, save_results, summarize, variants_for
+    from raydata_course.lab.run import (
+        LabSession,
+        format_table,
+        format_versions_table,
+        save_results,
+        summarize,
+        variants_for,
+    )
 
     device = args.device
     if device == "auto":
@@ -94,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n[lab] wall time per variant (s): {json.dumps(wall)}; total {meta['total_wall_s']} s")
     print(f"[lab] sampler cost per call: {meta['probe_cost']}")
     print(f"[lab] wrote {out / 'results.json'}, {out / 'table.md'} and figures")
+    others = [p.resolve() for p in args.compare_with if p.is_file() and p.resolve() != (out / "results.json")]
+    if others:
+        versions_table = format_versions_table([out / "results.json", *others])
+        (out / "table-versions.md").write_text(versions_table + "\n")
+        print("\nAcross Ray versions:\n")
+        print(versions_table)
 
     if args.quick:
         problems = [f"{r['variant']}: peak {r['peak_bytes_median'] / 2**20:.0f} MiB is not above the "

@@ -29,6 +29,9 @@ last item alive until they resume (up to N − 1 more).
 **Ray ≤ 2.55 (``make_async_gen`` design), upstream's count.** An outer input queue of
 ``pf + 1``, 1 in flight, a format input queue of ``2N``, ``N`` in flight and ``N`` in the
 output queue: ``pf + 4N + 2`` (release-test PR for the training-ingest regression test).
+Upstream leaves out the outer output queue (``buffer_size = max(pf, 1)``) because on a GPU it
+holds device tensors; on a CPU consumer it, and the loop's own batch, stay in plasma, so the
+model's upper bound adds ``max(pf, 1) + 1``.
 
 Examples:
     >>> m = hidden_batches(4, format_cap=4, design="iter_threaded")
@@ -153,5 +156,8 @@ def hidden_batches(prefetch_batches: int, format_cap: int | None = None, design:
     if design == "iter_threaded":
         return BufferModel(prefetch_batches, n, design, n + 2, n + 1, max(n + 2, 2 * n), upstream)
     if design == "make_async_gen":
-        return BufferModel(prefetch_batches, n, design, upstream, upstream - 2, upstream, upstream)
+        # Upstream's count; on a CPU consumer the outer output queue (max(pf, 1) batches,
+        # excluded upstream because it holds GPU tensors) and the loop's batch stay in plasma.
+        return BufferModel(prefetch_batches, n, design, upstream, upstream,
+                           upstream + max(prefetch_batches, 1) + 1, upstream)
     raise ValueError(f"design must be 'iter_threaded' or 'make_async_gen', got {design!r}.")

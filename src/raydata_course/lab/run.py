@@ -358,6 +358,36 @@ def format_table(rows: list[dict], ray_version: str) -> str:
     return "\n".join(lines)
 
 
+def format_versions_table(result_files: list[Path]) -> str:
+    """One table of every variant under every Ray version found in ``result_files``.
+
+    Args:
+        result_files: ``results.json`` files written by ``python -m raydata_course.lab``,
+            for example ``build/lab/results.json`` and ``build/lab-ray2.55.1/results.json``.
+
+    Returns:
+        A Markdown table, rows sorted by variant then Ray version.
+    """
+    mib = lambda b: f"{b / MiB:,.0f}"  # noqa: E731
+    rows = []
+    for path in result_files:
+        data = json.loads(Path(path).read_text())
+        meta = data["meta"]
+        for r in data["summary"]:
+            rows.append((r["variant"], meta["ray_version"], meta.get("pipeline", {}).get("design", "?"), r))
+    lines = ["| variant | Ray | consumer pipeline | budget MiB | peak MiB (median, min-max) | overage MiB "
+             "| RD believed MiB | hidden measured (batches/consumer) | model (batches/consumer) | realization | rows/s |",
+             "|---|---|---|---:|---|---:|---:|---|---|---:|---:|"]
+    for variant, version, design, r in sorted(rows, key=lambda x: (x[0], x[1])):
+        lines.append(
+            f"| {variant} | {version} | {design} | {mib(r['budget_bytes'])} | {mib(r['peak_bytes_median'])} "
+            f"({mib(r['peak_bytes_min'])}-{mib(r['peak_bytes_max'])}) | {mib(r['overage_bytes'])} "
+            f"| {mib(r['believed_peak_bytes'])} | {mib(r['hidden_peak_bytes'])} MiB ({r['hidden_batches_per_consumer']:.1f}) "
+            f"| {r['predicted_hidden_batches']} (range {r['hidden_range_batches'][0]}-{r['hidden_range_batches'][1]}) "
+            f"| {r['realization']:.0%} | {r['rows_per_s']:,.0f} |")
+    return "\n".join(lines)
+
+
 def save_results(results: list[RunResult], rows: list[dict], out_dir: Path, meta: dict) -> Path:
     """Write ``results.json`` (every run, with timelines) and return its path."""
     path = out_dir / "results.json"
