@@ -5,7 +5,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

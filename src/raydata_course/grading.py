@@ -19,16 +19,17 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import nbformat
+
+from raydata_course._util import temporary_env
 
 __all__ = [
     "ORACLES_ENV",
@@ -371,20 +372,6 @@ class SubmissionScore:
     log: str = ""
 
 
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def autograde(
     course_dir: str | os.PathLike,
     assignment: str,
@@ -410,7 +397,7 @@ def autograde(
     config = nbgrader_config(course_dir, **overrides)
     api = nbgrader_api(config)
     oracles = str(course_root() / "autograder" / "oracles")
-    with _env(**{ORACLES_ENV: oracles, "RAYDATA_COURSE_HEADLESS": "1", **(env or {})}):
+    with temporary_env({ORACLES_ENV: oracles, "RAYDATA_COURSE_HEADLESS": "1", **(env or {})}):
         result = api.autograde(assignment, student, force=True)
     log = (result.get("log") or "") + (result.get("error") or "")
     if not result["success"]:

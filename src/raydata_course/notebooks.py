@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 
+from raydata_course._util import temporary_env
+
 __all__ = ["KERNEL_NAME", "NotebookRun", "execute_notebook", "strip_outputs", "is_stripped"]
 
 KERNEL_NAME = "raydata-course"
@@ -84,29 +86,17 @@ def execute_notebook(
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(cwd or path.parent)}},
     )
-    changes = {"RAYDATA_COURSE_HEADLESS": "1", **(env or {})}
-    saved = {k: os.environ.get(k) for k in changes}
-    for key, value in changes.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
     start = time.perf_counter()
     status, error = "ok", None
-    try:
-        client.execute()
-    except CellTimeoutError as exc:
-        status, error = "timeout", str(exc).strip().splitlines()[-1][:500]
-    except (CellExecutionError, DeadKernelError) as exc:
-        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-        status, error = "error", (lines[-1] if lines else type(exc).__name__)[:500]
-    finally:
-        seconds = time.perf_counter() - start
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with temporary_env({"RAYDATA_COURSE_HEADLESS": "1", **(env or {})}):
+        try:
+            client.execute()
+        except CellTimeoutError as exc:
+            status, error = "timeout", str(exc).strip().splitlines()[-1][:500]
+        except (CellExecutionError, DeadKernelError) as exc:
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            status, error = "error", (lines[-1] if lines else type(exc).__name__)[:500]
+    seconds = time.perf_counter() - start
     written = None
     if output_path is not None:
         written = Path(output_path)

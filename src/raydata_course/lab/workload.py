@@ -249,7 +249,7 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
     t_wait = time.perf_counter()
     for batch in iterator_batches:
         timer.wait_s.append(time.perf_counter() - t_wait)
-        timer.run(lambda: train_step(model, optimizer, batch, device))
+        timer.run(lambda b=batch: train_step(model, optimizer, b, device))
         if config.step_delay_s:
             time.sleep(config.step_delay_s)
         rows += int(batch["label"].shape[0])
