@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results, wall = [], {}
-    with LabSession(out, object_store_bytes=variants[0].object_store_bytes, num_cpus=variants[0].num_cpus) as lab:
+    with LabSession(out, object_store_bytes=variants[0].object_store_bytes, num_cpus=variants[0].num_cpus,
+                    warm_up=not args.quick) as lab:
         facts = inspect_consumer_pipeline()
         for config in variants:
             print(f"[lab] {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "

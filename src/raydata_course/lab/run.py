@@ -78,7 +78,7 @@ def variants_for(device: str, quick: bool) -> list[LabConfig]:
     fresh execution, measured as one repeat). GPU: 96 MiB batches (a batch must stay one
     block, under the 128 MiB ``target_max_block_size``), real host-to-device copies, a 1 GiB
     budget in an 8 GiB store, one DDP (NCCL) worker per GPU (NCCL allows one rank per GPU).
-    ``quick`` keeps only the slow variants, with 10 batches and one epoch.
+    ``quick`` keeps only the slow variants, one epoch of 12 (driver) or 8 (Train) batches.
     """
     if device == "cuda":
         import torch
@@ -102,7 +102,9 @@ def variants_for(device: str, quick: bool) -> list[LabConfig]:
             base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast),
         ]
     if quick:
-        return [v.with_(batches_per_consumer=10, epochs=1) for v in variants]
+        # Enough batches for each buffer to fill once (the driver needs more: its producer
+        # has all the CPUs), few enough to finish in about 90 s on two cores.
+        return [v.with_(batches_per_consumer=12 if v.mode == "driver" else 8, epochs=1) for v in variants]
     return [v.with_(epochs=3) for v in variants]
 
 
@@ -114,10 +116,12 @@ class LabSession:
         object_store_bytes: size of the cluster's object store.
         num_cpus: logical CPUs of the cluster.
         system_config: Ray system settings, e.g. ``{"free_objects_period_milliseconds": 0}``.
+        warm_up: run a tiny dataset first so that worker start-up does not land in the first
+            variant's time to first batch (memory numbers do not depend on it).
     """
 
     def __init__(self, out_dir: str | Path, *, object_store_bytes: int = 2048 * MiB, num_cpus: int = 4,
-                 system_config: dict | None = None):
+                 system_config: dict | None = None, warm_up: bool = True):
         import ray.data
 
         import raydata_course as rc
@@ -133,9 +137,8 @@ class LabSession:
         if RayDataProbe not in ctx.custom_execution_callback_classes:
             ctx.custom_execution_callback_classes.append(RayDataProbe)
         ctx.enable_progress_bars = False
-        # Warm-up, not measured: start Ray Data's worker processes once, so the first
-        # variant's time to first batch is not mostly Python start-up.
-        ray.data.range(64, override_num_blocks=4).map_batches(lambda b: b).materialize()
+        if warm_up:
+            ray.data.range(64, override_num_blocks=4).map_batches(lambda b: b).materialize()
 
     def close(self) -> None:
         import raydata_course as rc
