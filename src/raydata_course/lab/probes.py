@@ -43,8 +43,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
-
 import ray
 
 __all__ = [
@@ -344,9 +342,3 @@ class RayDataProbe(_ExecutionCallback):
 
     def after_execution_fails(self, executor, error: Exception) -> None:
         self._flush()
-
-
-def samples_as_dicts(samples: list[Any]) -> list[dict]:
-    """``dataclasses.asdict`` for a list of samples."""
-    return [asdict(s) for s in samples]
-

@@ -32,7 +32,10 @@ from typing import Any
 from raydata_course.lab.buffer_model import hidden_batches
 from raydata_course.lab.workload import MiB, LabConfig
 
-__all__ = ["RunResult", "LabSession", "summarize", "format_table", "variants_for"]
+__all__ = ["RunResult", "LabSession", "summarize", "format_table", "format_versions_table", "variants_for"]
+
+#: seconds to wait after a run so that the probes' last samples reach the recorder.
+PROBE_FLUSH_WAIT_S = 1.0
 
 
 @dataclass
@@ -202,7 +205,7 @@ class LabSession:
         finally:
             samples = sampler.stop()
         wall_s = time.perf_counter() - wall_start
-        time.sleep(RayDataProbeFlushS)
+        time.sleep(PROBE_FLUSH_WAIT_S)
         probe_samples, worker_records = ray.get(self.recorder.drain.remote())
         records = records or worker_records
         if not records:
@@ -237,10 +240,6 @@ class LabSession:
                                  name=f"{config.name}-{int(time.time() * 1000)}"),
         )
         trainer.fit()
-
-
-#: seconds to wait after a run so the probes' last samples reach the recorder.
-RayDataProbeFlushS = 1.0
 
 
 def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
