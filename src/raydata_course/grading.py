@@ -63,7 +63,7 @@ ORACLES_ENV = "RAYDATA_COURSE_ORACLES"
 #: The Jupyter kernel the course registers in its virtual environment, and forces on grading.
 KERNEL_NAME = "raydata-course"
 #: The course's assignments, in order. Each is ``solutions/<id>/<id>.ipynb``.
-ASSIGNMENTS = ("data01",)
+ASSIGNMENTS = ("data01", "data02")
 
 
 class HiddenOraclesUnavailable(RuntimeError):
