@@ -16,7 +16,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from raydata_course.grading import StderrToStdout
+from raydata_course.grading import RejectGraderAccess, StderrToStdout
 
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
 
@@ -46,9 +46,10 @@ c.OverwriteCells.add_missing_cells = True
 
 # nbgrader zeroes a grade cell that writes anything to stderr, and Ray logs every Dataset
 # execution there. In this course a test fails when it raises; StderrToStdout relabels the
-# log text as stdout before grades are saved. This is nbgrader's default list with that one
-# step added after Execute.
+# log text as stdout before grades are saved. RejectGraderAccess keeps answer cells away from
+# the hidden-test machinery. This is nbgrader's default list with those two steps added.
 c.Autograde.autograde_preprocessors = [
+    RejectGraderAccess,
     Execute,
     StderrToStdout,
     IgnorePattern,

@@ -66,7 +66,7 @@ def test_nbgrader_config_takes_effect():
     """C21: the per-cell timeout must reach the Execute preprocessor nbgrader 0.9.6 uses."""
     from nbgrader.preprocessors import Execute
 
-    from raydata_course.grading import KERNEL_NAME, StderrToStdout, nbgrader_config
+    from raydata_course.grading import KERNEL_NAME, RejectGraderAccess, StderrToStdout, nbgrader_config
 
     config = nbgrader_config()
     execute = Execute(config=config)
@@ -75,7 +75,8 @@ def test_nbgrader_config_takes_effect():
     assert config.CourseDirectory.source_directory == "solutions"
     assert config.CourseDirectory.release_directory == "exercises"
     assert config.OverwriteCells.add_missing_cells is True
-    assert StderrToStdout in config.Autograde.autograde_preprocessors
+    steps = list(config.Autograde.autograde_preprocessors)
+    assert steps.index(RejectGraderAccess) < steps.index(Execute) < steps.index(StderrToStdout)
 
 
 def test_course_kernel_is_registered_in_the_venv():

@@ -37,6 +37,7 @@ __all__ = [
     "ASSIGNMENTS",
     "HiddenOraclesUnavailable",
     "StderrToStdout",
+    "RejectGraderAccess",
     "SubmissionScore",
     "hidden_check",
     "course_root",
@@ -152,6 +153,51 @@ class StderrToStdout(_NbGraderPreprocessor):
 
     def preprocess_cell(self, cell, resources, cell_index):
         return _stderr_to_stdout_cell(cell), resources
+
+
+#: What an answer cell may not mention: the hidden-test machinery and where it lives.
+GRADER_ACCESS_PATTERN = r"hidden_check|raydata_course\.grading|RAYDATA_COURSE_ORACLES|autograder[/.\\]oracles|_raydata_course_oracle"
+
+
+def _reject_grader_access_cell(cell):
+    import re
+
+    meta = cell.get("metadata", {})
+    if cell.get("cell_type") != "code" or not meta.get("nbgrader", {}).get("solution"):
+        return cell
+    source = cell.get("source", "")
+    match = re.search(GRADER_ACCESS_PATTERN, source)
+    if match:
+        meta.setdefault("raydata_course", {})["rejected_source"] = source
+        cell["source"] = (
+            "raise RuntimeError(\"The grader did not run this answer cell: it refers to "
+            f"{match.group(0)!r}, part of the hidden-test machinery. Answer cells may not touch the "
+            "grader; remove that line and submit again.\")"
+        )
+    return cell
+
+
+class RejectGraderAccess(_NbGraderPreprocessor):
+    """nbgrader preprocessor: an answer cell that reaches for the grader is not run.
+
+    Hidden tests run in the student's kernel, so an answer cell could replace
+    ``hidden_check`` or read the oracle files. The hidden cells reload the grading module
+    before they call it, and this preprocessor, run before ``Execute``, replaces any answer
+    cell that mentions the machinery (see ``GRADER_ACCESS_PATTERN``) with a ``raise`` that
+    says why. The original source is kept in the cell's metadata
+    (``raydata_course.rejected_source``), so nothing is lost.
+
+    Examples:
+        >>> cell = {"cell_type": "code", "metadata": {"nbgrader": {"solution": True}},
+        ...         "source": "import raydata_course.grading as g; g.hidden_check = print"}
+        >>> _reject_grader_access_cell(cell)["source"].startswith("raise RuntimeError")
+        True
+        >>> cell["metadata"]["raydata_course"]["rejected_source"][:6]
+        'import'
+    """
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        return _reject_grader_access_cell(cell), resources
 
 
 # ------------------------------------------------------------------------ course tooling
