@@ -151,6 +151,10 @@ def test_write_parquet_files_refuses_to_mix_with_old_files(tmp_path):
 # ----------------------------------------------------------------------------- grading
 
 
+def test_cluster_knows_the_graders_environment_variable():
+    assert cluster.GRADER_ORACLES_ENV == grading.ORACLES_ENV
+
+
 def test_hidden_check_outside_the_grader_says_so(monkeypatch):
     monkeypatch.delenv(grading.ORACLES_ENV, raising=False)
     with pytest.raises(grading.HiddenOraclesUnavailable, match="run only in the course's grader"):

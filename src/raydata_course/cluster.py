@@ -49,6 +49,8 @@ GiB = 1024**3
 TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
 #: Set to ``1`` by the course's headless runners (``make course``, the tests, the grader).
 HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
+#: Set by the grader only (same name as ``raydata_course.grading.ORACLES_ENV``).
+GRADER_ORACLES_ENV = "RAYDATA_COURSE_ORACLES"
 #: Accept another Ray release; only the lab's across-versions run sets it (``make lab RAY=...``).
 RAY_VERSION_ENV = "RAYDATA_COURSE_RAY_VERSION"
 FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
@@ -362,6 +364,10 @@ def setup(
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = is_interactive() if progress_bars is None else progress_bars
+    if os.environ.get(GRADER_ORACLES_ENV):
+        # Under the grader, Ray Data's INFO lines ("Execution plan of Dataset ...") would show
+        # the structure of the hidden tests' pipelines in the student's feedback.
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     _seed(seed)
     return session
 
