@@ -3,9 +3,12 @@
 #   make course      run every chapter headless, grade every reference solution, run the quick lab
 #   make lab         the training-ingest lab: every variant, 3 repeats (QUICK=1: the CI subset;
 #                    RAY=2.55.1: the same lab against another Ray release, in .venv-ray2.55.1)
-#   make test        the full test suite (what CI runs)
+#   make test        the full test suite (what CI runs), in TEST_WORKERS parallel processes
+#                    (default 2; each has its own Ray cluster; TEST_WORKERS=0 runs it in one)
 #   make test-fast   the inner loop: package units and static checks, no notebook execution
 #   make release     regenerate exercises/ from solutions/ with nbgrader
+#   make grade SUBMISSIONS=path   grade a class: grades.csv, feedback, summary (OUT=build/grading)
+#   make student-bundle   build/student-bundle.zip: what students get (no solutions, no hidden tests)
 #   make jupyter     open JupyterLab at the course root with the course kernel
 #   make setup       only build .venv
 #   make lock        re-pin requirements-lock.txt from a fresh .venv
@@ -19,6 +22,7 @@ STAMP := $(VENV)/.installed-stamp
 # nbgrader shells out to `alembic` from the venv; Ray and the kernels find the venv first.
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" RAYDATA_COURSE_HEADLESS=1
 KERNEL := raydata-course
+TEST_WORKERS ?= 2
 
 # `make lab RAY=2.55.1` runs the lab against another Ray release, in its own venv.
 RAY ?=
@@ -32,7 +36,7 @@ LAB_OUT := build/lab
 LAB_ENV :=
 endif
 
-.PHONY: setup course lab lab-quick test test-fast release jupyter lock strip clean
+.PHONY: setup course lab lab-quick test test-fast release jupyter lock strip clean grade student-bundle
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
@@ -68,7 +72,7 @@ lab-quick: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick
 
 test: $(STAMP)
-	$(RUN) $(BIN)/python -m pytest
+	$(RUN) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: $(STAMP)
 	$(RUN) $(BIN)/python -m pytest -m "not slow"
@@ -76,9 +80,18 @@ test-fast: $(STAMP)
 release: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.release
 
+# `make grade SUBMISSIONS=path [OUT=build/grading] [GRADE_ARGS="--cell-timeout 120 ..."]`
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder of <student>/<assignment>/*.ipynb or <student>.zip>"; exit 2; }
+	$(RUN) $(BIN)/python -m raydata_course.classroom grade $(SUBMISSIONS) --out $(or $(OUT),build/grading) $(GRADE_ARGS)
+
+student-bundle: $(STAMP)
+	$(RUN) $(BIN)/python -m raydata_course.bundle --out build/student-bundle.zip
+
+# JupyterLab at the course root (nbgrader's extension reads ./nbgrader_config.py there) with the
+# course kernel; raydata_course.jupyter holds the command line. ARGS="--port 8899 --no-browser".
 jupyter: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab --notebook-dir=$(CURDIR) \
-	  --MappingKernelManager.default_kernel_name=$(KERNEL)
+	$(BIN)/python -m raydata_course.jupyter $(ARGS)
 
 lock:
 	rm -rf build/lock-venv && $(PYTHON) -m venv build/lock-venv

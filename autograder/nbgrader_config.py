@@ -34,6 +34,10 @@ c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
 # trait lives on nbgrader's `Execute` preprocessor (a subclass of nbconvert's
 # ExecutePreprocessor); tests/test_environment.py checks that this value takes effect.
 c.Execute.timeout = 180
+# nbclient waits only 4 s (its default) for a cell's last output after the cell finished, and
+# then fails the whole notebook ("Timeout waiting for IOPub output"); a busy 2-core machine
+# can take longer than that to flush a cell's output.
+c.Execute.iopub_timeout = 60
 # Submissions arrive with whatever kernel name the student's Jupyter wrote. Always grade in
 # the course's own kernel, the virtual environment with ray==2.60.0.
 c.Execute.kernel_name = "raydata-course"
@@ -59,3 +63,14 @@ c.Autograde.autograde_preprocessors = [
     AssignLatePenalties,
     CheckCellMetadata,
 ]
+
+# nbgrader renders the autograded notebook, hidden tests included, as the student's feedback
+# (nbgrader #917, #1363). HideHiddenTests keeps each hidden test's result (the oracle's message,
+# written for the student) and drops its code, traceback and printed output, so
+# `nbgrader generate_feedback` by hand is as safe as `make grade`.
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import GetGrades  # noqa: E402
+
+from raydata_course.classroom.preprocessors import HideHiddenTests  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]

@@ -12,13 +12,15 @@ from raydata_course.grading import KERNEL_NAME
 from raydata_course.notebooks import execute_notebook, is_stripped
 
 ROOT = Path(__file__).resolve().parents[1]
-# Committed notebooks, plus new ones not yet committed (but never ignored paths like .venv).
+# Committed notebooks, plus new ones not yet committed (but never ignored paths like .venv),
+# except the deliberately broken submissions kept as grading fixtures.
 TRACKED = sorted(
     ROOT / p
     for p in subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.ipynb"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.split()
+    if not p.startswith("autograder/fixtures/")
 )
 CHAPTERS = chapter_notebooks(ROOT)
 

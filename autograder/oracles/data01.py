@@ -96,23 +96,27 @@ def _no_driver_side_parquet_writes():
 def check_write_files(write_files):
     wine = load_wine_table()
     for num_files in (1, 5, 8):
-        folder = Path(tempfile.mkdtemp(prefix="data01-hidden-"))
-        with _no_driver_side_parquet_writes():
-            got = write_files(wine, folder, num_files)
-        on_disk = sorted(str(p) for p in folder.glob("*.parquet"))
-        assert len(on_disk) == num_files, (
-            "For another file count, the folder does not hold exactly that many Parquet files. "
-            "Ray Data writes one file per block: control the number of blocks first."
+        with tempfile.TemporaryDirectory(prefix="data01-hidden-") as scratch:
+            _check_files_written(write_files, wine, Path(scratch), num_files)
+
+
+def _check_files_written(write_files, wine, folder, num_files):
+    with _no_driver_side_parquet_writes():
+        got = write_files(wine, folder, num_files)
+    on_disk = sorted(str(p) for p in folder.glob("*.parquet"))
+    assert len(on_disk) == num_files, (
+        "For another file count, the folder does not hold exactly that many Parquet files. "
+        "Ray Data writes one file per block: control the number of blocks first."
+    )
+    assert [str(p) for p in got] == on_disk, "Return the sorted paths of exactly the files written."
+    for p in on_disk:
+        assert pq.read_schema(p).remove_metadata().equals(wine.schema.remove_metadata()), (
+            "Each file must hold exactly the table's columns, with their original types."
         )
-        assert [str(p) for p in got] == on_disk, "Return the sorted paths of exactly the files written."
-        for p in on_disk:
-            assert pq.read_schema(p).remove_metadata().equals(wine.schema.remove_metadata()), (
-                "Each file must hold exactly the table's columns, with their original types."
-            )
-        written = pa.concat_tables([pq.read_table(p) for p in on_disk]).select(wine.column_names)
-        assert written.num_rows == wine.num_rows and _sorted_rows(written) == _sorted_rows(wine), (
-            "The files do not hold every row of the table exactly once, with its values unchanged."
-        )
+    written = pa.concat_tables([pq.read_table(p) for p in on_disk]).select(wine.column_names)
+    assert written.num_rows == wine.num_rows and _sorted_rows(written) == _sorted_rows(wine), (
+        "The files do not hold every row of the table exactly once, with its values unchanged."
+    )
 
 
 def _sorted_rows(table):

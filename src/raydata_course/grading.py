@@ -63,8 +63,6 @@ __all__ = [
 ORACLES_ENV = "RAYDATA_COURSE_ORACLES"
 #: The Jupyter kernel the course registers in its virtual environment, and forces on grading.
 KERNEL_NAME = "raydata-course"
-#: The course's assignments, in order. Each is ``solutions/<id>/<id>.ipynb``.
-ASSIGNMENTS = ("data01", "data02")
 
 
 class HiddenOraclesUnavailable(RuntimeError):
@@ -225,6 +223,23 @@ def course_root() -> Path:
         "Could not find the course root (a folder with autograder/nbgrader_config.py). Run "
         "from inside the course checkout or set RAYDATA_COURSE_ROOT."
     )
+
+
+def _discover_assignments() -> tuple[str, ...]:
+    """Ids ``dataNN`` with a source notebook ``solutions/<id>/<id>.ipynb``, in order."""
+    import re
+
+    try:
+        solutions = course_root() / "solutions"
+    except FileNotFoundError:
+        return ()
+    return tuple(sorted(p.parent.name for p in solutions.glob("data[0-9][0-9]/data[0-9][0-9].ipynb")
+                        if re.fullmatch(r"data\d\d", p.parent.name) and p.stem == p.parent.name))
+
+
+#: The course's assignments, in order: every ``solutions/<id>/<id>.ipynb`` with ``id`` like
+#: ``data01``, found when this module is imported (empty outside a course checkout).
+ASSIGNMENTS: tuple[str, ...] = _discover_assignments()
 
 
 def nbgrader_config(course_dir: str | os.PathLike | None = None, **overrides: Any):

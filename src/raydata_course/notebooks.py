@@ -83,6 +83,9 @@ def execute_notebook(
     client = NotebookClient(
         nb,
         timeout=cell_timeout_s,
+        # nbclient's default of 4 s for a finished cell's last output is too short on a busy
+        # 2-core machine ("Timeout waiting for IOPub output").
+        iopub_timeout=60,
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(cwd or path.parent)}},
     )

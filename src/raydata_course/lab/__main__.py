@@ -8,6 +8,14 @@ spread, overage, predicted hidden, realization), and writes ``results.json``,
 ``timeline-<variant>.png``, ``breakdown.png`` and ``table.md`` to the output folder.
 ``--quick`` (for CI) runs only the slow variants, once, and exits 1 unless the measured peak
 exceeds the budget and hidden batches were seen in every slow variant.
+
+Pull against push: every Train variant also runs sharded by the push-based split
+(``<variant>-push``, :mod:`raydata_course.push_split`), and the Train variants run a second
+time on a cluster started with ``_system_config={"free_objects_period_milliseconds": 0}``
+(the raylet deletes freed objects at once instead of every 1000 ms). This is the default of
+a full run; ``--quick --push`` does it at the quick size; ``--no-push`` turns it off. The
+pull-vs-push tables go to ``table-push.md``, the side-by-side timelines to
+``push-vs-pull-<variant>-<setting>.png``, the second setting's runs to ``free0/results.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/lab"), help="output folder (default build/lab)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--variants", default="", help="comma-separated subset of variant names")
+    parser.add_argument("--push", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run the push-based split, with the raylet's lazy free on and off "
+                             "(default: on for a full run, off for --quick)")
     parser.add_argument("--compare-with", nargs="*", type=Path, default=[], metavar="RESULTS_JSON",
                         help="results.json files of other Ray versions to put beside this run in one table")
     args = parser.parse_args(argv)
@@ -37,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from raydata_course.lab.buffer_model import inspect_consumer_pipeline
-    from raydata_course.lab.plots import plot_breakdown, plot_timeline
+    from raydata_course.lab.plots import plot_breakdown, plot_pull_vs_push, plot_timeline
     from raydata_course.lab.run import (
         LabSession,
+        format_push_table,
         format_table,
         format_versions_table,
         save_results,
@@ -53,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("--device cuda was asked for, but torch sees no CUDA device.", file=sys.stderr)
         return 2
-    variants = variants_for(device, args.quick)
+    push = (not args.quick) if args.push is None else args.push
+    variants = variants_for(device, args.quick, push=push)
     if args.variants:
         wanted = set(args.variants.split(","))
         unknown = wanted - {v.name for v in variants}
@@ -66,21 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results, wall = [], {}
-    with LabSession(out, object_store_bytes=variants[0].object_store_bytes, num_cpus=variants[0].num_cpus,
-                    warm_up=not args.quick) as lab:
-        facts = inspect_consumer_pipeline()
-        for config in variants:
-            print(f"[lab] {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "
-                  f"{config.batch_bytes / 2**20:.1f} MiB batches, {config.batches_per_consumer} batches x "
-                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step ...", flush=True)
-            t = time.perf_counter()
-            runs = lab.run(config)
-            wall[config.name] = round(time.perf_counter() - t, 1)
-            for r in runs:
-                print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / 2**20:.0f} MiB, budget {r.budget_bytes / 2**20:.0f} MiB, "
-                      f"Ray Data believed {r.believed_peak_bytes / 2**20:.0f} MiB, hidden {r.hidden_peak_bytes / 2**20:.0f} MiB "
-                      f"({r.hidden_batches_per_consumer:.1f} batches/consumer)", flush=True)
-            results += runs
+    facts = inspect_consumer_pipeline()
+    results = _run_variants(LabSession, out, variants, wall, system_config=None, warm_up=not args.quick)
+    push_results = {None: results}
+    if push and any(v.split == "push" for v in variants):
+        train_variants = [v for v in variants if v.mode == "train"]
+        free0_wall: dict = {}
+        push_results[0] = _run_variants(LabSession, out / "free0", train_variants, free0_wall,
+                                        system_config={"free_objects_period_milliseconds": 0},
+                                        warm_up=not args.quick)
+        wall.update({f"{k} (free 0 ms)": v for k, v in free0_wall.items()})
     rows = summarize(results)
     table = format_table(rows, ray.__version__)
     meta = {
@@ -99,8 +107,30 @@ def main(argv: list[str] | None = None) -> int:
         plot_timeline(first.__dict__, out / f"timeline-{row['variant']}.png")
         plt.close("all")
     plot_breakdown(rows, [r.__dict__ for r in results], out / "breakdown.png")
+    push_tables = []
+    for free_ms, runs in push_results.items():
+        if free_ms is not None:
+            free0_rows = summarize(runs)
+            save_results(runs, free0_rows, out / "free0", {**meta, "system_config": {
+                "free_objects_period_milliseconds": free_ms}})
+        push_table = format_push_table(runs, free_ms)
+        if push_table:
+            push_tables.append(push_table)
+        setting = "lazyfree" if free_ms is None else f"free{free_ms}"
+        for name in dict.fromkeys(r.variant for r in runs):
+            twin = f"{name}-push"
+            if any(r.variant == twin for r in runs):
+                pull_run = next(r for r in runs if r.variant == name)
+                push_run = next(r for r in runs if r.variant == twin)
+                plot_pull_vs_push(pull_run.__dict__, push_run.__dict__, out / f"push-vs-pull-{name}-{setting}.png")
+                plt.close("all")
+    if push_tables:
+        (out / "table-push.md").write_text("\n\n".join(push_tables) + "\n")
     print()
     print(table)
+    for push_table in push_tables:
+        print()
+        print(push_table)
     print(f"\n[lab] wall time per variant (s): {json.dumps(wall)}; total {meta['total_wall_s']} s")
     print(f"[lab] sampler cost per call: {meta['probe_cost']}")
     print(f"[lab] wrote {out / 'results.json'}, {out / 'table.md'} and figures")
@@ -112,15 +142,37 @@ def main(argv: list[str] | None = None) -> int:
         print(versions_table)
 
     if args.quick:
+        quick_rows = [r for r in rows if not r["variant"].endswith("-push")]
         problems = [f"{r['variant']}: peak {r['peak_bytes_median'] / 2**20:.0f} MiB is not above the "
-                    f"{r['budget_bytes'] / 2**20:.0f} MiB budget" for r in rows if r["overage_bytes"] <= 0]
+                    f"{r['budget_bytes'] / 2**20:.0f} MiB budget" for r in quick_rows if r["overage_bytes"] <= 0]
         problems += [f"{r['variant']}: no hidden (pinned, unreferenced) batch was measured"
-                     for r in rows if r["hidden_batches_per_consumer"] < 1]
+                     for r in quick_rows if r["hidden_batches_per_consumer"] < 1]
         if problems:
             print("[lab] QUICK CHECK FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
             return 1
         print("[lab] quick check passed: every slow variant exceeded its budget and held hidden batches.")
     return 0
+
+
+def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm_up: bool) -> list:
+    """Run ``variants`` on one fresh local cluster started with ``system_config``."""
+    results = []
+    setting = "" if system_config is None else f" [{system_config}]"
+    with session_cls(out, object_store_bytes=variants[0].object_store_bytes, num_cpus=variants[0].num_cpus,
+                     system_config=system_config, warm_up=warm_up) as lab:
+        for config in variants:
+            print(f"[lab]{setting} {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "
+                  f"{config.batch_bytes / 2**20:.1f} MiB batches, {config.batches_per_consumer} batches x "
+                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step ...", flush=True)
+            t = time.perf_counter()
+            runs = lab.run(config)
+            wall[config.name] = round(time.perf_counter() - t, 1)
+            for r in runs:
+                print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / 2**20:.0f} MiB, budget {r.budget_bytes / 2**20:.0f} MiB, "
+                      f"Ray Data believed {r.believed_peak_bytes / 2**20:.0f} MiB, hidden {r.hidden_peak_bytes / 2**20:.0f} MiB "
+                      f"({r.hidden_batches_per_consumer:.1f} batches/consumer)", flush=True)
+            results += runs
+    return results
 
 
 if __name__ == "__main__":

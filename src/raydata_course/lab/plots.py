@@ -6,7 +6,7 @@ from pathlib import Path
 
 from raydata_course.lab.workload import MiB
 
-__all__ = ["plot_timeline", "plot_breakdown"]
+__all__ = ["plot_timeline", "plot_breakdown", "plot_memory_split", "plot_pull_vs_push"]
 
 
 def plot_timeline(result: dict, path: str | Path | None = None, ax=None):
@@ -80,3 +80,55 @@ def plot_breakdown(summary_rows: list[dict], runs: list[dict], path: str | Path 
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=110)
     return ax
+
+
+def plot_memory_split(result: dict, ax):
+    """Stacked memory of one run at its classified samples: referenced, pinned but
+    unreferenced, freed but not yet deleted (the rest of plasma ``used``), with Ray
+    Data's belief and its budget as lines.
+
+    Args:
+        result: one run of ``results.json`` (a ``RunResult`` as a dict).
+        ax: matplotlib axes to draw into.
+
+    Returns:
+        The axes.
+    """
+    t = result["timeline"]
+    ts = t["hidden_t_s"]
+    ref = [b / MiB for b in t["referenced_bytes"]]
+    pinned = [b / MiB for b in t["hidden_bytes"]]
+    used = [b / MiB for b in t.get("classified_used_bytes", [])] or ref
+    freed = [max(0.0, u - r - p) for u, r, p in zip(used, ref, pinned)]
+    ax.stackplot(ts, ref, pinned, freed, colors=["tab:blue", "tab:red", "tab:gray"], alpha=0.8,
+                 labels=["referenced (an ObjectRef is alive)", "pinned, unreferenced",
+                         "freed, not yet deleted"])
+    ax.plot(t["believed_t_s"], [b / MiB for b in t["believed_bytes"]], color="black", linewidth=1,
+            label="Ray Data believes")
+    ax.axhline(result["budget_bytes"] / MiB, color="tab:green", linestyle=":", label="Ray Data budget")
+    free_ms = result.get("free_objects_period_ms")
+    setting = "lazy free 1000 ms" if free_ms is None else f"free period {free_ms} ms"
+    ax.set_title(f"{result['variant']} ({result.get('split', 'pull')}, {setting}, epoch {result['repeat']})",
+                 fontsize=9)
+    ax.set_xlabel("seconds since the run started")
+    ax.set_ylabel("MiB")
+    return ax
+
+
+def plot_pull_vs_push(pull: dict, push: dict, path: str | Path | None = None):
+    """Pull and push timelines side by side, on one memory scale (see
+    :func:`plot_memory_split`).
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4), sharey=True)
+    plot_memory_split(pull, axes[0])
+    plot_memory_split(push, axes[1])
+    axes[1].legend(loc="upper right", fontsize=7)
+    if path is not None:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    return fig

@@ -17,7 +17,13 @@ it derives, for that run:
   this is the measure to compare across versions;
 - ``predicted_hidden_bytes`` from :mod:`raydata_course.lab.buffer_model`, and
   ``realization = overage / predicted`` as upstream reports it;
-- throughput: rows/s and batches/s over the consumption phase, and the median train-step time.
+- throughput: rows/s and batches/s over the consumption phase, and the median train-step time;
+  ``overall_batches_per_s`` (all batches over the time from the consumers' start to the
+  last batch) and ``midrun_batches_per_s`` (batches 25 %-90 % of each consumer's epoch over
+  the time they took), summed over consumers;
+- the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
+  *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
+  ``used``: the raylet frees objects every ``free_objects_period_milliseconds``).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from raydata_course.lab.buffer_model import hidden_batches
 from raydata_course.lab.workload import MiB, LabConfig
@@ -68,12 +74,16 @@ class RunResult:
     first_batch_s: float
     wall_s: float
     total_wall_s: float
+    overall_batches_per_s: float = 0.0
+    midrun_batches_per_s: float = 0.0
+    split: str = "pull"
+    free_objects_period_ms: Optional[int] = None
     peak_breakdown: dict = field(default_factory=dict)
     probe_cost: dict = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)
 
 
-def variants_for(device: str, quick: bool) -> list[LabConfig]:
+def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig]:
     """The lab's variants: slow and fast consumers, in the driver and under Ray Train.
 
     CPU: 32 MiB batches, ``prefetch_batches=4``, a 256 MiB Ray Data budget in a 2 GiB store,
@@ -82,6 +92,8 @@ def variants_for(device: str, quick: bool) -> list[LabConfig]:
     block, under the 128 MiB ``target_max_block_size``), real host-to-device copies, a 1 GiB
     budget in an 8 GiB store, one DDP (NCCL) worker per GPU (NCCL allows one rank per GPU).
     ``quick`` keeps only the slow variants, one epoch of 12 (driver) or 8 (Train) batches.
+    ``push`` adds, after each Train variant, the same variant sharded by the push-based
+    split (``<name>-push``).
     """
     if device == "cuda":
         import torch
@@ -104,6 +116,9 @@ def variants_for(device: str, quick: bool) -> list[LabConfig]:
             base.with_(name="driver-fast", mode="driver", consumers=1, step_delay_s=fast),
             base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast),
         ]
+    if push:
+        variants = [w for v in variants
+                    for w in ([v, v.with_(name=f"{v.name}-push", split="push")] if v.mode == "train" else [v])]
     if quick:
         # Enough batches for each buffer to fill once (the driver needs more: its producer
         # has all the CPUs), few enough to finish in about 90 s on two cores.
@@ -121,10 +136,13 @@ class LabSession:
         system_config: Ray system settings, e.g. ``{"free_objects_period_milliseconds": 0}``.
         warm_up: run a tiny dataset first so that worker start-up does not land in the first
             variant's time to first batch (memory numbers do not depend on it).
+        start_attempts: tries to start the cluster; on a busy machine Ray's node start-up
+            can time out ("The current node timed out during startup").
     """
 
     def __init__(self, out_dir: str | Path, *, object_store_bytes: int = 2048 * MiB, num_cpus: int = 4,
-                 system_config: dict | None = None, warm_up: bool = True):
+                 system_config: dict | None = None, warm_up: bool = True, start_attempts: int = 3):
+        self.free_objects_period_ms = (system_config or {}).get("free_objects_period_milliseconds")
         import ray.data
 
         import raydata_course as rc
@@ -132,9 +150,18 @@ class LabSession:
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.session = rc.setup(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes,
-                                require_object_store_bytes=int(object_store_bytes * 0.9),
-                                system_config=system_config)
+        for attempt in range(start_attempts):
+            try:
+                self.session = rc.setup(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes,
+                                        require_object_store_bytes=int(object_store_bytes * 0.9),
+                                        system_config=system_config)
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on a slow start
+                if "timed out during startup" not in str(exc) or attempt + 1 == start_attempts:
+                    raise
+                rc.shutdown()
+                print(f"[lab] the local cluster did not start in time (attempt {attempt + 1}); retrying",
+                      flush=True)
         self.recorder = start_recorder()
         ctx = ray.data.DataContext.get_current()
         if RayDataProbe not in ctx.custom_execution_callback_classes:
@@ -217,8 +244,10 @@ class LabSession:
             end = max(r["t_end_wall_s"] for r in epoch_records) - t_wall0
             in_window = [x for x in samples if start <= x.t_s <= end]
             probes = [p for p in probe_samples if start <= p["t_wall_s"] - t_wall0 <= end]
-            results.append(_measure(config, epoch, in_window, probes, epoch_records, t_wall0,
-                                    end - start, spilled0, probe_cost, total_wall_s=wall_s))
+            result = _measure(config, epoch, in_window, probes, epoch_records, t_wall0,
+                              end - start, spilled0, probe_cost, total_wall_s=wall_s)
+            result.free_objects_period_ms = self.free_objects_period_ms
+            results.append(result)
         return results
 
     def _run_trainer(self, ds, config: LabConfig) -> None:
@@ -229,6 +258,11 @@ class LabSession:
 
         use_gpu = config.device == "cuda"
         loop_config = {k: v for k, v in asdict(config).items()}
+        dataset_config = None
+        if config.split == "push":
+            from raydata_course.push_train import PushDataConfig
+
+            dataset_config = PushDataConfig()
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config=loop_config,
@@ -236,6 +270,7 @@ class LabSession:
             scaling_config=ScalingConfig(num_workers=config.consumers, use_gpu=use_gpu,
                                          resources_per_worker={"CPU": config.cpus_per_worker}),
             datasets={"train": ds},
+            dataset_config=dataset_config,
             run_config=RunConfig(storage_path=str((self.out_dir / "ray_results").resolve()),
                                  name=f"{config.name}-{int(time.time() * 1000)}"),
         )
@@ -260,6 +295,9 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
     waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
     first_waits = [c["wait_s"][0] for c in consumers if c.get("wait_s")]
     peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
+    overall, midrun = _throughputs(consumers)
+    classified = [s for s in samples if s.referenced_bytes is not None]
+    peak_c = max(classified, key=lambda s: s.used_bytes, default=None)
     nearest = lambda ts, vs: vs[min(range(len(ts)), key=lambda i: abs(ts[i] - peak_t))] if ts else 0  # noqa: E731
     believed_at_peak = nearest([p["t_wall_s"] - t_wall0 for p in probe_samples], believed)
     hidden_at_peak = nearest([x.t_s for x in samples if x.pinned_unreferenced_bytes is not None], hidden)
@@ -268,6 +306,12 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         "believed_bytes": believed_at_peak,
         "hidden_bytes": hidden_at_peak,
         "other_bytes": max(0, peak - believed_at_peak - hidden_at_peak),
+        # the classified sample with the most bytes used, split three ways
+        "classified_t_s": peak_c.t_s if peak_c else None,
+        "referenced_bytes": peak_c.referenced_bytes if peak_c else 0,
+        "pinned_unreferenced_bytes": peak_c.pinned_unreferenced_bytes if peak_c else 0,
+        "freed_not_deleted_bytes": max(0, peak_c.used_bytes - peak_c.referenced_bytes
+                                       - peak_c.pinned_unreferenced_bytes) if peak_c else 0,
     }
     timeline = {
         "t_s": [round(s.t_s, 3) for s in samples],
@@ -275,6 +319,7 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         "hidden_t_s": [round(s.t_s, 3) for s in samples if s.pinned_unreferenced_bytes is not None],
         "hidden_bytes": hidden,
         "referenced_bytes": [s.referenced_bytes for s in samples if s.referenced_bytes is not None],
+        "classified_used_bytes": [s.used_bytes for s in samples if s.referenced_bytes is not None],
         "believed_t_s": [round(p["t_wall_s"] - t_wall0, 3) for p in probe_samples],
         "believed_bytes": believed,
         "limit_bytes": [p["limit_bytes"] for p in probe_samples],
@@ -299,8 +344,29 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         wait_s_median=statistics.median(waits) if waits else float("nan"),
         first_batch_s=max(first_waits, default=float("nan")),
         wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
+        overall_batches_per_s=overall, midrun_batches_per_s=midrun, split=config.split,
         probe_cost=probe_cost, timeline=timeline,
     )
+
+
+def _throughputs(consumers: list[dict]) -> tuple[float, float]:
+    """(overall, mid-run) batches/s summed over consumers.
+
+    Overall: all batches over the time from the consumers' first start to the last batch
+    (wall clock, so start-up counts). Mid-run: per consumer, the batches from 25 % to 90 % of
+    its epoch over the time they took, summed over consumers.
+    """
+    starts = [c["t_start_wall_s"] for c in consumers if c.get("batch_t_s")]
+    ends = [c["t_start_wall_s"] + c["batch_t_s"][-1] for c in consumers if c.get("batch_t_s")]
+    batches = sum(len(c.get("batch_t_s", [])) for c in consumers)
+    overall = batches / (max(ends) - min(starts)) if starts and max(ends) > min(starts) else 0.0
+    midrun = 0.0
+    for c in consumers:
+        t = c.get("batch_t_s", [])
+        lo, hi = int(0.25 * len(t)), int(0.90 * len(t)) - 1
+        if hi > lo and t[hi] > t[lo]:
+            midrun += (hi - lo) / (t[hi] - t[lo])
+    return overall, midrun
 
 
 # ------------------------------------------------------------------------------ reports
@@ -367,6 +433,54 @@ def format_table(rows: list[dict], ray_version: str) -> str:
             f"| {', '.join(str(w) for w in r['wall_s'])} |"
         )
     return "\n".join(lines)
+
+
+def format_push_table(results: list[RunResult], free_objects_period_ms: Optional[int] = None) -> str:
+    """Pull against push, per Train variant, from one cluster setting's runs.
+
+    For each variant ``X`` with a ``X-push`` twin: medians over repeats of peak / budget,
+    overage, the peak's bytes split into referenced / pinned-unreferenced / freed-not-deleted,
+    push's peak as a fraction of pull's, and push / pull throughput (overall and mid-run
+    batches/s). Every run's wall time is listed.
+
+    Returns:
+        A Markdown table (empty string when no push variant ran).
+    """
+    med = statistics.median
+    mib = lambda b: f"{b / MiB:,.0f}"  # noqa: E731
+    setting = ("default lazy free (1000 ms)" if free_objects_period_ms is None
+               else f"free_objects_period_milliseconds={free_objects_period_ms}")
+    lines = [f"Pull vs push, raylet {setting}\n",
+             "| variant | split | repeats | budget MiB | peak MiB (median, min-max) | peak / budget | overage MiB "
+             "| at peak: referenced / pinned-unref / freed-not-deleted MiB | push peak / pull peak "
+             "| overall b/s | mid-run b/s | push/pull overall | push/pull mid-run | run s |",
+             "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+    names = [n for n in dict.fromkeys(r.variant for r in results) if f"{n}-push" in {r.variant for r in results}]
+    for name in names:
+        rows = {}
+        for split, vname in (("pull", name), ("push", f"{name}-push")):
+            runs = [r for r in results if r.variant == vname]
+            rows[split] = {
+                "runs": runs, "budget": med([r.budget_bytes for r in runs]),
+                "peak": med([r.peak_bytes for r in runs]), "min": min(r.peak_bytes for r in runs),
+                "max": max(r.peak_bytes for r in runs), "overage": med([r.overage_bytes for r in runs]),
+                "ref": med([r.peak_breakdown.get("referenced_bytes", 0) for r in runs]),
+                "pin": med([r.peak_breakdown.get("pinned_unreferenced_bytes", 0) for r in runs]),
+                "freed": med([r.peak_breakdown.get("freed_not_deleted_bytes", 0) for r in runs]),
+                "overall": med([r.overall_batches_per_s for r in runs]),
+                "midrun": med([r.midrun_batches_per_s for r in runs]),
+            }
+        pull, push = rows["pull"], rows["push"]
+        for split, r in rows.items():
+            ratio = (f"{push['peak'] / pull['peak']:.2f}" if split == "push" and pull["peak"] else "")
+            thr = (f"{push['overall'] / pull['overall']:.2f} | {push['midrun'] / pull['midrun']:.2f}"
+                   if split == "push" and pull["overall"] and pull["midrun"] else " | ")
+            lines.append(
+                f"| {name} | {split} | {len(r['runs'])} | {mib(r['budget'])} | {mib(r['peak'])} ({mib(r['min'])}-"
+                f"{mib(r['max'])}) | {r['peak'] / r['budget']:.2f} | {mib(r['overage'])} "
+                f"| {mib(r['ref'])} / {mib(r['pin'])} / {mib(r['freed'])} | {ratio} | {r['overall']:.2f} "
+                f"| {r['midrun']:.2f} | {thr} | {', '.join(f'{x.wall_s:.1f}' for x in r['runs'])} |")
+    return "\n".join(lines) if names else ""
 
 
 def format_versions_table(result_files: list[Path]) -> str:

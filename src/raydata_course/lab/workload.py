@@ -71,6 +71,10 @@ class LabConfig:
         cpus_per_worker: CPUs each Train worker reserves.
         epochs: passes over the data in one run; each epoch is a fresh execution of the
             dataset (and, under Ray Train, of the split), so each is measured as a repeat.
+        split: how Ray Train shards the data (train mode): ``"pull"`` is Ray's
+            ``streaming_split``; ``"push"`` is :func:`raydata_course.push_split.push_split`
+            through :class:`raydata_course.push_train.PushDataConfig`. The training loop
+            is the same for both.
     """
 
     name: str
@@ -86,8 +90,13 @@ class LabConfig:
     device: str = "cpu"
     cpus_per_worker: float = 0.5
     epochs: int = 1
+    split: str = "pull"
 
     def __post_init__(self) -> None:
+        if self.split not in ("pull", "push"):
+            raise ValueError(f"split must be 'pull' or 'push', got {self.split!r}.")
+        if self.split == "push" and self.mode != "train":
+            raise ValueError("split='push' shards data between Train workers; use mode='train'.")
         if self.mode not in ("driver", "train"):
             raise ValueError(f"mode must be 'driver' or 'train', got {self.mode!r}.")
         if self.mode == "driver" and self.consumers != 1:
@@ -247,6 +256,7 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
     t_start_wall = time.time()
     t_start = time.perf_counter()
     t_wait = time.perf_counter()
+    batch_t_s = []
     for batch in iterator_batches:
         timer.wait_s.append(time.perf_counter() - t_wait)
         timer.run(lambda b=batch: train_step(model, optimizer, b, device))
@@ -256,8 +266,9 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
         batches += 1
         del batch
         t_wait = time.perf_counter()
+        batch_t_s.append(t_wait - t_start)
     return {"epoch": epoch, "rows": rows, "batches": batches, "consume_s": time.perf_counter() - t_start,
-            "step_s": timer.step_s, "wait_s": timer.wait_s, "t_start_wall_s": t_start_wall,
+            "step_s": timer.step_s, "wait_s": timer.wait_s, "batch_t_s": batch_t_s, "t_start_wall_s": t_start_wall,
             "t_end_wall_s": time.time()}
 
 
@@ -266,8 +277,9 @@ def consume_in_driver(ds, config: LabConfig) -> list[dict]:
 
     Returns:
         One record per epoch: ``{"epoch", "rows", "batches", "consume_s", "step_s": [...],
-        "wait_s": [...], "t_start_wall_s", "t_end_wall_s"}`` (seconds; ``wait_s[i]`` is how
-        long step ``i`` waited for its batch).
+        "wait_s": [...], "batch_t_s": [...], "t_start_wall_s", "t_end_wall_s"}`` (seconds;
+        ``wait_s[i]`` is how long step ``i`` waited for its batch, ``batch_t_s[i]`` when
+        step ``i`` finished, counted from the consumer's start).
     """
     import torch
 

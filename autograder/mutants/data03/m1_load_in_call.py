@@ -1,0 +1,19 @@
+"""Stale advice: loads the model inside __call__, so every batch pays for the set-up."""
+ANSWERS = {
+    "predictor_answer": '''
+class WinePredictor:
+    def __init__(self, model_path: str, min_confidence: float = 0.0):
+        self.model_path = model_path
+        self.min_confidence = float(min_confidence)
+
+    def __call__(self, batch: dict) -> dict:
+        clf = inference.load_classifier(self.model_path)
+        x = np.stack([batch[name] for name in clf.feature_names], axis=1).astype(np.float32)
+        proba = clf.probabilities((x - clf.mean) / clf.std)
+        predicted = proba.argmax(axis=1).astype(np.int64)
+        confidence = proba.max(axis=1).astype(np.float32)
+        predicted[confidence < self.min_confidence] = -1
+        return {"id": batch["id"], "cultivar": batch["cultivar"], "predicted": predicted, "confidence": confidence}
+''',
+}
+FAILS = {"predictor_hidden", "predict_wine_visible", "predict_wine_hidden"}

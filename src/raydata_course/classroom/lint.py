@@ -1,0 +1,329 @@
+"""Structural lint and repair of a submitted exercise notebook, against its release.
+
+nbgrader 0.9.6 grades a notebook by the ``grade_id`` in each cell's ``metadata.nbgrader``.
+Students break that structure in a handful of ways, and nbgrader handles each badly: a
+duplicated answer cell fails the whole autograde with a misleading "old metadata format"
+error, a cell turned into markdown silently stops running, a deleted cell needs
+``add_missing_cells`` and lands wherever nbgrader guesses, a foreign kernel name can fail to
+start, and a file that is not a notebook stops the batch. :func:`lint_notebook` checks a
+submission against the *release* notebook (what the student was given), repairs what can be
+repaired without changing the meaning of the student's work, and says what it did in words a
+student can act on. The grader (``python -m raydata_course.classroom grade``) and the
+student self-check (:func:`raydata_course.classroom.self_check`) share it.
+
+Repairs, in order:
+
+1. the kernel is set to the course kernel (``raydata-course``);
+2. saved outputs are cleared (the grader runs the notebook again anyway);
+3. a cell whose ``grade_id`` the release does not know loses its nbgrader metadata;
+4. a repeated ``grade_id``: a copy of an *answer* cell stays as an ordinary code cell, in
+   place, so the code runs exactly as it did for the student; a copy of a read-only or test
+   cell is removed (it is the instructor's text);
+5. a graded or read-only cell whose type changed (code ↔ markdown) is changed back;
+6. an edited read-only or test cell gets the release text and metadata back;
+7. a deleted cell comes back from the release, after the cell that preceded it there. A
+   deleted *answer* cell comes back empty, never as the ``raise NotImplementedError()``
+   stub, which would overwrite a function the student defined in a cell of their own.
+
+Examples:
+    >>> import nbformat
+    >>> rel = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+    ...     "x = 1", metadata={"nbgrader": {"grade_id": "a", "solution": True, "grade": False,
+    ...                                     "locked": False, "cell_type": "code"}})])
+    >>> lint_notebook(b"", rel).status
+    'invalid'
+    >>> sub = nbformat.writes(rel).encode()
+    >>> result = lint_notebook(sub, rel)
+    >>> result.status, result.repairs
+    ('graded', [])
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import nbformat
+
+__all__ = [
+    "COURSE_KERNELSPEC",
+    "LintResult",
+    "lint_notebook",
+    "grade_id",
+    "is_answer",
+    "is_graded",
+    "is_locked",
+    "unanswered_cells",
+]
+
+#: The kernelspec every graded notebook gets (the course's virtual environment with Ray 2.60).
+COURSE_KERNELSPEC = {"name": "raydata-course", "display_name": "Python (raydata-course)", "language": "python"}
+
+#: Text put in an answer cell that was missing from the submission.
+RESTORED_ANSWER_TEXT = (
+    "# This answer cell was missing from the submission; the grader put it back empty.\n"
+    "# Code you wrote in other cells of the notebook still runs.\n"
+)
+
+
+def _nbg(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def grade_id(cell) -> str | None:
+    """The cell's nbgrader ``grade_id``, or None for an ordinary cell."""
+    return _nbg(cell).get("grade_id")
+
+
+def is_answer(cell) -> bool:
+    """True for an answer cell (nbgrader ``solution: true``)."""
+    return bool(_nbg(cell).get("solution"))
+
+
+def is_graded(cell) -> bool:
+    """True for a test cell that earns points (nbgrader ``grade: true``)."""
+    return bool(_nbg(cell).get("grade"))
+
+
+def is_locked(cell) -> bool:
+    """True for a read-only cell (nbgrader ``locked: true``, or graded and not an answer)."""
+    meta = _nbg(cell)
+    return bool(meta.get("locked")) or (bool(meta.get("grade")) and not meta.get("solution"))
+
+
+@dataclass
+class LintResult:
+    """What :func:`lint_notebook` found and did.
+
+    Attributes:
+        status: ``"graded"`` (nothing to repair), ``"repaired"`` (repaired, gradable) or
+            ``"invalid"`` (not a gradable notebook; ``notebook`` is None).
+        notebook: the repaired ``nbformat`` notebook (v4), or None when invalid.
+        repairs: one sentence per repair, addressed to the student.
+        problems: why the file is invalid (empty unless ``status == "invalid"``).
+        notes: observations that are not repairs (e.g. answer cells still unanswered).
+    """
+
+    status: str
+    notebook: Any = None
+    repairs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        """One line: the problems when invalid, else the repairs (empty when none)."""
+        return "; ".join(self.problems if self.status == "invalid" else self.repairs)
+
+
+def _invalid(*problems: str) -> LintResult:
+    return LintResult("invalid", None, [], list(problems))
+
+
+def _parse(raw: bytes | str) -> tuple[Any, str | None]:
+    """Parse ``raw`` into an nbformat v4 notebook; return (notebook, None) or (None, why)."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None, "the file is not a Jupyter notebook: it is not UTF-8 text (a binary file?)"
+    else:
+        text = raw
+    if not text.strip():
+        return None, "the file is empty (0 bytes of notebook): save the notebook in Jupyter, then submit it"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, (f"the file is not a Jupyter notebook: it is not valid JSON ({exc.msg} at line "
+                      f"{exc.lineno}, column {exc.colno}); submit the .ipynb file that Jupyter saved")
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        return None, "the file is JSON but not a Jupyter notebook (it has no cells)"
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # duplicate cell ids and the like: repaired below
+            nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises several types for malformed notebooks
+        return None, f"the file is not a readable Jupyter notebook ({type(exc).__name__}: {exc})"
+    return nb, None
+
+
+def _fresh_id(taken: set[str]) -> str:
+    while True:
+        new = uuid.uuid4().hex[:8]
+        if new not in taken:
+            taken.add(new)
+            return new
+
+
+def _set_type(cell, cell_type: str) -> None:
+    cell["cell_type"] = cell_type
+    if cell_type == "code":
+        cell.setdefault("outputs", [])
+        cell["execution_count"] = None
+    else:
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
+    if cell_type == "code":
+        cell.pop("attachments", None)  # markdown-only field; invalid on a code cell
+
+
+def _kind(cell) -> str:
+    if is_answer(cell):
+        return "answer cell"
+    if is_graded(cell):
+        return "test cell"
+    return "read-only cell"
+
+
+def unanswered_cells(notebook) -> list[str]:
+    """``grade_id`` of each answer cell that still raises ``NotImplementedError()``."""
+    return [grade_id(c) for c in notebook.cells
+            if is_answer(c) and c.get("cell_type") == "code" and "raise NotImplementedError()" in c.get("source", "")]
+
+
+def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) -> LintResult:
+    """Check a submitted notebook against its release notebook and repair its structure.
+
+    Args:
+        raw: the submitted file's bytes (or text).
+        release: the release notebook (``nbformat`` v4), with nbgrader metadata on every
+            answer, test and read-only cell.
+        kernelspec: the kernelspec to force; default :data:`COURSE_KERNELSPEC`.
+
+    Returns:
+        A :class:`LintResult`. Its notebook is a repaired copy; ``raw`` is never changed.
+
+    Raises:
+        ValueError: if ``release`` has no nbgrader cells or repeats a ``grade_id`` (a broken
+            release is the course's bug, not the student's).
+    """
+    kernelspec = kernelspec or COURSE_KERNELSPEC
+    rel_cells = [c for c in release.cells if grade_id(c)]
+    rel_ids = [grade_id(c) for c in rel_cells]
+    if not rel_ids:
+        raise ValueError("the release notebook has no nbgrader cells; is it an exercise release?")
+    if len(set(rel_ids)) != len(rel_ids):
+        raise ValueError(f"the release notebook repeats a grade_id: {sorted(i for i in rel_ids if rel_ids.count(i) > 1)}")
+    rel_by_id = {grade_id(c): c for c in rel_cells}
+
+    nb, why = _parse(raw)
+    if nb is None:
+        return _invalid(why)
+    if not nb.cells:
+        return _invalid("the notebook has no cells (an empty notebook): submit the exercise notebook with your answers")
+    present = {grade_id(c) for c in nb.cells if grade_id(c)}
+    if not present & set(rel_ids):
+        return _invalid(
+            "this notebook is not the exercise: none of its graded or read-only cells are there "
+            "(was it re-created, or copied without its metadata?). Submit the exercise file you were given, with your answers"
+        )
+
+    repairs: list[str] = []
+    nb = copy.deepcopy(nb)
+
+    # 1. kernel
+    current = (nb.metadata.get("kernelspec") or {}).get("name")
+    if current is not None and current != kernelspec["name"]:
+        repairs.append(f"the notebook's kernel was {current!r}; it is graded in the course kernel {kernelspec['name']!r}")
+    nb.metadata["kernelspec"] = dict(kernelspec)
+
+    # 2. saved outputs (not a repair: the grader always runs the notebook from scratch)
+    for cell in nb.cells:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+
+    # 3. unknown grade ids, and 4. repeated grade ids
+    seen: set[str] = set()
+    kept = []
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        if gid is None:
+            kept.append(cell)
+            continue
+        if gid not in rel_by_id:
+            cell["metadata"].pop("nbgrader", None)
+            repairs.append(f"a cell carried the unknown grade id {gid!r}; it runs as an ordinary cell")
+            kept.append(cell)
+            continue
+        if gid in seen:
+            if is_answer(rel_by_id[gid]):
+                cell["metadata"].pop("nbgrader", None)
+                cell["metadata"].pop("deletable", None)
+                cell["metadata"].pop("editable", None)
+                repairs.append(f"the answer cell {gid!r} appears more than once; the extra copy runs as an "
+                               "ordinary code cell in the same place, so your code runs as it did for you")
+                kept.append(cell)
+            else:
+                repairs.append(f"the {_kind(rel_by_id[gid])} {gid!r} appears more than once; the extra copy was removed")
+            continue
+        seen.add(gid)
+        kept.append(cell)
+    nb.cells = kept
+
+    # 5. cell types, and 6. edited read-only cells
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        if gid is None:
+            continue
+        ref = rel_by_id[gid]
+        if cell.get("cell_type") != ref.get("cell_type"):
+            repairs.append(f"the {_kind(ref)} {gid!r} was changed from {ref['cell_type']} to "
+                           f"{cell.get('cell_type')}; it was changed back to {ref['cell_type']}")
+            _set_type(cell, ref["cell_type"])
+        if is_locked(ref):
+            if cell.get("source", "").strip() != ref.get("source", "").strip():
+                repairs.append(f"the {_kind(ref)} {gid!r} was edited; the grader uses the original")
+            elif _nbg(cell) != _nbg(ref):
+                repairs.append(f"the nbgrader metadata of {gid!r} was edited; the grader uses the original")
+            cell["source"] = ref["source"]
+            cell["metadata"] = copy.deepcopy(ref["metadata"])
+        else:
+            if _nbg(cell) != _nbg(ref):
+                repairs.append(f"the nbgrader metadata of the answer cell {gid!r} was edited; the grader uses the original")
+            cell["metadata"]["nbgrader"] = copy.deepcopy(_nbg(ref))
+
+    # 7. deleted cells, restored after their predecessor in the release
+    present_ids = {grade_id(c) for c in nb.cells if grade_id(c)}
+    for index, gid in enumerate(rel_ids):
+        if gid in present_ids:
+            continue
+        restored = copy.deepcopy(rel_by_id[gid])
+        if is_answer(restored) and restored.get("cell_type") == "code":
+            restored["source"] = RESTORED_ANSWER_TEXT
+            repairs.append(f"the answer cell {gid!r} was deleted; it was put back empty (code you wrote in "
+                           "other cells still runs)")
+        else:
+            repairs.append(f"the {_kind(restored)} {gid!r} was deleted; it was put back from the original")
+        if restored.get("cell_type") == "code":
+            restored["outputs"] = []
+            restored["execution_count"] = None
+        position = 0
+        for prev in reversed(rel_ids[:index]):
+            found = [i for i, c in enumerate(nb.cells) if grade_id(c) == prev]
+            if found:
+                position = found[0] + 1
+                break
+        nb.cells.insert(position, restored)
+        present_ids.add(gid)
+
+    # unique cell ids (nbformat 4.5+): duplicated cells share them
+    taken: set[str] = set()
+    for cell in nb.cells:
+        cid = cell.get("id")
+        if not cid or cid in taken:
+            cell["id"] = _fresh_id(taken)
+        else:
+            taken.add(cid)
+    if nb.nbformat_minor < 5:
+        nb.nbformat_minor = 5
+
+    nbformat.validate(nb)
+    notes = [f"the answer cell {gid!r} still raises NotImplementedError (not answered yet)"
+             for gid in unanswered_cells(nb)]
+    return LintResult("repaired" if repairs else "graded", nb, repairs, [], notes)

@@ -1,0 +1,401 @@
+"""Grading a class: lint and repair, the sandbox, the fixture class end to end, feedback
+without hidden tests, re-runs, the student self-check and the student bundle.
+
+The fixture class (``autograder/fixtures/make_class.py``) is generated from the release, one
+broken submission per student. The slow test grades it once through the shared test cluster
+(``--ray-address``: one driver per kernel, each its own Ray job), with a 15 s per-cell limit,
+and checks every row's status and per-cell grades; a second slow test grades one notebook with
+a fresh Ray runtime of its own, the default of ``make grade``.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from raydata_course import grading
+from raydata_course.bundle import GRADER_ONLY, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
+from raydata_course.classroom import self_check
+from raydata_course.classroom.grade import GradeOptions, Row, collect_submissions, grade_class, summary_markdown
+from raydata_course.classroom.lint import lint_notebook
+from raydata_course.classroom.sandbox import run_limited
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 1024**3
+
+
+def _load_fixtures():
+    spec = importlib.util.spec_from_file_location("make_class", ROOT / "autograder" / "fixtures" / "make_class.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_class"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fixtures = _load_fixtures()
+
+
+@pytest.fixture(scope="module")
+def fixture_class(tmp_path_factory):
+    return fixtures.build_class(tmp_path_factory.mktemp("class") / "submissions")
+
+
+def _release(assignment):
+    return nbformat.read(grading.release_notebook(assignment), as_version=4)
+
+
+def _submitted(folder: Path, student: str, assignment: str) -> bytes:
+    found, *_ = collect_submissions(folder, grading.ASSIGNMENTS)
+    from raydata_course.classroom.grade import _choose
+
+    return _choose(found[(student, assignment)])[0].data
+
+
+# ------------------------------------------------------------------- lint and repair
+
+
+@pytest.mark.parametrize("case", [c for c in fixtures.CASES if c.status in ("repaired", "invalid")], ids=lambda c: c.student)
+def test_lint_status_of_each_fixture(fixture_class, case):
+    raw = _submitted(fixture_class, case.student, case.assignment)
+    result = lint_notebook(raw, _release(case.assignment))
+    assert result.status == case.status, (result.status, result.message)
+    assert case.message in result.message, result.message
+    if result.status == "repaired":
+        ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in result.notebook.cells]
+        release_ids = [c.metadata["nbgrader"]["grade_id"] for c in _release(case.assignment).cells]
+        assert [i for i in ids if i] == release_ids, "the repaired notebook must have the release's cells, in order, once"
+        assert result.notebook.metadata["kernelspec"]["name"] == grading.KERNEL_NAME
+        nbformat.validate(result.notebook)
+
+
+def test_lint_keeps_student_code_in_duplicated_and_retyped_cells(fixture_class):
+    eve = lint_notebook(_submitted(fixture_class, "eve", "data02"), _release("data02")).notebook
+    answers = [c for c in eve.cells if "def standardize" in c.source]
+    assert len(answers) == 2 and answers[0].metadata["nbgrader"]["grade_id"] == "standardize_answer"
+    assert "nbgrader" not in answers[1].metadata and "NotImplementedError" not in answers[1].source
+    gus = lint_notebook(_submitted(fixture_class, "gus", "data02"), _release("data02")).notebook
+    cell = next(c for c in gus.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "long_format_answer")
+    assert cell.cell_type == "code" and "def long_format" in cell.source
+
+
+def test_lint_restores_deleted_and_tampered_cells_from_the_release(fixture_class):
+    release = _release("data02")
+    by_id = {c.metadata["nbgrader"]["grade_id"]: c for c in release.cells}
+    dan = lint_notebook(_submitted(fixture_class, "dan", "data02"), release)
+    fay = lint_notebook(_submitted(fixture_class, "fay", "data02"), release)
+    for result, gid in ((dan, "phenol_ratio_hidden"), (dan, "add_bands_visible"), (fay, "add_bands_visible"), (fay, "add_bands_hidden")):
+        cell = next(c for c in result.notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+        assert cell.source == by_id[gid].source
+    assert sum("deleted" in r for r in dan.repairs) == 2
+
+
+def test_lint_deleted_answer_cell_comes_back_empty():
+    release = _release("data02")
+    nb = grading.reference_submission("data02")
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "standardize_answer")
+    nb.cells.remove(answer)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(answer.source))  # the student's code, moved to a cell of their own
+    result = lint_notebook(nbformat.writes(nb), release)
+    restored = next(c for c in result.notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "standardize_answer")
+    assert "NotImplementedError" not in restored.source and "def " not in restored.source
+    assert any("put back empty" in r for r in result.repairs)
+
+
+def test_lint_rejects_a_notebook_that_is_not_the_exercise():
+    chapter = (ROOT / "chapters" / "01_datasets_and_blocks.ipynb").read_bytes()
+    result = lint_notebook(chapter, _release("data01"))
+    assert result.status == "invalid" and "not the exercise" in result.message
+
+
+def test_collect_handles_zips_resubmissions_and_empty_folders(fixture_class):
+    found, students, empty, notes = collect_submissions(fixture_class, grading.ASSIGNMENTS)
+    assert students == {c.student for c in fixtures.CASES}
+    assert len(found[("quinn", "data02")]) == 2 and ("ben", "data02") in found
+    from raydata_course.classroom.grade import _choose
+
+    chosen, note = _choose(found[("quinn", "data02")])
+    assert chosen.origin.endswith("quinn-resubmitted.zip!quinn/data02/data02.ipynb") and "2 submissions found" in note
+    assert empty[("lea", "data02")] == "the data02 folder holds no .ipynb file (only notes.txt)"
+
+
+# ------------------------------------------------------------------------------ sandbox
+
+
+def test_sandbox_stops_a_process_tree_over_its_memory_limit(tmp_path):
+    # three children of 160 MiB each: every one is under the per-process limit, the tree is not
+    code = ("import subprocess, sys, time\n"
+            "kids = [subprocess.Popen([sys.executable, '-c', \"b = bytearray(160 * 2**20); import time; time.sleep(60)\"]) for _ in range(3)]\n"
+            "time.sleep(60)\n")
+    start = time.monotonic()
+    out = run_limited([sys.executable, "-c", code], timeout_s=40, memory_bytes=320 * 2**20, memory_poll_s=0.2)
+    assert out.killed == "memory" and out.peak_bytes > 320 * 2**20
+    assert time.monotonic() - start < 30
+
+
+def test_sandbox_per_process_limit_and_wall_time(tmp_path):
+    hog = run_limited([sys.executable, "-c", "b = bytearray(2 * 2**30)"], timeout_s=30, memory_bytes=512 * 2**20,
+                      log_path=tmp_path / "hog.log")
+    assert hog.returncode != 0 and hog.killed is None and "MemoryError" in (tmp_path / "hog.log").read_text()
+    sleeper = run_limited([sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"],
+                          timeout_s=2, memory_bytes=GiB, memory_poll_s=0.2)
+    assert sleeper.killed == "timeout" and sleeper.wall_s < 10
+    time.sleep(0.5)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]
+                and p.create_time() > time.time() - 20], "the sandbox left a grandchild running"
+
+
+# ------------------------------------------------------------------------------ summary
+
+
+def test_summary_lists_averages_failed_parts_and_students_to_look_at():
+    rows = {
+        ("a", "data02"): Row("a", "data02", 12, 12, "graded", "", cells={"p_visible": [1, 1], "p_hidden": [2, 2]}),
+        ("b", "data02"): Row("b", "data02", 1, 12, "timeout", "p_hidden ran past the per-cell limit",
+                             cells={"p_visible": [1, 1], "p_hidden": [0, 2]}),
+        ("c", "data02"): Row("c", "data02", 0, 12, "missing", "no submission for data02"),
+    }
+    text = summary_markdown(rows)
+    assert "| data02 | 2/3 | 54% | 36% |" in text
+    assert "| data02 | p_hidden | 1 | 2 |" in text
+    assert "| b | data02 | timeout |" in text and "| c | data02 | missing |" in text and "| a |" not in text
+
+
+# --------------------------------------------------------------------- hidden tests
+
+
+def test_no_hidden_test_or_solution_in_exercises():
+    secrets = secret_lines(ROOT)
+    assert secrets["hidden"] and secrets["oracles"] and secrets["solutions"], "the leak check needs something to look for"
+    for path in sorted((ROOT / "exercises").rglob("*.ipynb")):
+        assert find_secrets(path.read_text(), secrets) == [], path
+
+
+def test_student_bundle_holds_no_grader_material(tmp_path):
+    path = build_bundle(tmp_path / "bundle.zip", ROOT)
+    assert audit_bundle(path, ROOT) == []
+    with zipfile.ZipFile(path) as z:
+        names = {n.split("/", 1)[1] for n in z.namelist()}
+        grading_edition = z.read("streaming-ray-data/src/raydata_course/grading.py").decode()
+    assert {"README.md", "Makefile", "requirements.txt", "requirements-lock.txt", "pyproject.toml"} <= names
+    released = {p.relative_to(ROOT).as_posix() for p in (ROOT / "exercises").glob("*/*.ipynb")}
+    assert released and released <= names and {f".pristine/{r}" for r in released} <= names
+    assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "chapters").glob("*.ipynb")} <= names
+    assert "src/raydata_course/classroom/selfcheck.py" in names and "src/raydata_course/classroom/lint.py" in names
+    assert not [n for n in names if n.split("/")[0] in ("solutions", "autograder", "tests")]
+    assert not [m for m in GRADER_ONLY if m != "grading.py" and f"src/raydata_course/{m}" in names]
+    assert "hidden_check" not in grading_edition and "def course_root" in grading_edition
+    # every raydata_course module a bundled notebook imports is in the bundle
+    import ast
+
+    with zipfile.ZipFile(path) as z:
+        for name in z.namelist():
+            if not name.endswith(".ipynb"):
+                continue
+            for cell in nbformat.reads(z.read(name).decode(), as_version=4).cells:
+                if cell.cell_type != "code":
+                    continue
+                try:
+                    tree = ast.parse("\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+                except SyntaxError:
+                    continue
+                for node in ast.walk(tree):
+                    mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                            else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                    for mod in mods:
+                        if mod.startswith("raydata_course."):
+                            rel = "src/" + mod.replace(".", "/")
+                            assert f"{rel}.py" in names or f"{rel}/__init__.py" in names, f"{name} imports {mod}"
+    # the audit does catch a leak
+    leaky = tmp_path / "leaky.zip"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(leaky, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item))
+        dst.write(ROOT / "autograder" / "oracles" / "data01.py", "streaming-ray-data/src/raydata_course/oracle_copy.py")
+    assert any("oracles:" in leak for leak in audit_bundle(leaky, ROOT))
+
+
+# ------------------------------------------------------------------------ self-check
+
+
+def test_self_check_reports_structure_without_running(tmp_path, fixture_class):
+    course = tmp_path / "course"
+    (course / "exercises" / "data02").mkdir(parents=True)
+    (course / ".pristine" / "exercises" / "data02").mkdir(parents=True)
+    (course / ".pristine" / "exercises" / "data02" / "data02.ipynb").write_bytes(grading.release_notebook("data02").read_bytes())
+    mine = course / "exercises" / "data02" / "data02.ipynb"
+    mine.write_bytes(_submitted(fixture_class, "dan", "data02"))
+    report = self_check(notebook=mine, run=False, verbose=False)
+    assert not report.ok and sum("was deleted" in s for s in report.structure) == 2
+    assert set(report.hidden) == {"phenol_ratio_hidden", "standardize_hidden", "add_bands_hidden", "long_format_hidden"}
+    mine.write_bytes(grading.release_notebook("data02").read_bytes())
+    report = self_check(notebook=mine, run=False, verbose=False)
+    assert report.structure == [] and len(report.unanswered) == 4
+
+
+@pytest.mark.slow
+def test_self_check_runs_visible_tests_only(tmp_path, ray_cluster, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+    monkeypatch.delenv(grading.ORACLES_ENV, raising=False)
+    nb = grading.fill_answers(grading.reference_submission("data02"),
+                              {"add_bands_answer": "def add_bands(ds):\n    return ds\n"})
+    mine = tmp_path / "data02.ipynb"
+    nbformat.write(nb, mine)
+    report = self_check("data02", notebook=mine, verbose=False)
+    assert report.ran and report.structure == []
+    assert report.visible == {**{g: "passed" for g in ("phenol_ratio_visible", "standardize_visible", "long_format_visible")},
+                              "add_bands_visible": report.visible["add_bands_visible"]}
+    assert report.visible["add_bands_visible"].startswith(("AssertionError", "KeyError"))
+    assert "hidden_check" not in str(report) and not report.ok
+
+
+# ----------------------------------------------------------------- the fixture class
+
+
+def _rows_csv(out: Path) -> list[dict]:
+    with open(out / "grades.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
+    out = tmp_path / "grading"
+    options = GradeOptions(cell_timeout_s=20, notebook_timeout_s=240, memory_bytes=4 * GiB,
+                           ray_address=ray_cluster.address, quiet=True)
+    start = time.monotonic()
+    rows = grade_class(fixture_class, out, options)
+    wall_s = time.monotonic() - start
+    expected = fixtures.expected_rows()
+    graded = [r for r in rows.values() if r.seconds]
+    print(f"\nfixture class: {len(rows)} rows, {len(graded)} notebooks autograded in {wall_s:.0f} s "
+          f"({sum(r.seconds for r in graded) / max(len(graded), 1):.1f} s per notebook)")
+    for (student, assignment), row in sorted(rows.items()):
+        print(f"  {student:6} {assignment} {row.status:9} {row.score:4g}/{row.max_score:g}  {row.message[:110]}")
+
+    assert set(rows) == set(expected)
+    release_max = {a: sum(c.metadata["nbgrader"].get("points", 0) for c in _release(a).cells
+                          if c.metadata["nbgrader"].get("grade")) for a in fixtures.ASSIGNMENTS}
+    problems = []
+    for key, case in expected.items():
+        row = rows[key]
+        if row.status != case.status or case.message not in row.message:
+            problems.append(f"{key}: {row.status} ({row.message[:200]}), expected {case.status} with {case.message!r}")
+            continue
+        assert row.max_score == release_max[key[1]], key
+        if case.lost is None:
+            if case.status in ("missing", "invalid", "crashed"):
+                assert row.score == 0 and row.message, key
+            continue
+        lost = {cell for cell, (s, m) in row.cells.items() if s < m}
+        if lost != set(case.lost) or row.score != row.max_score - sum(m for c, (s, m) in row.cells.items() if c in case.lost):
+            problems.append(f"{key}: lost {sorted(lost)}, score {row.score}, expected to lose {sorted(case.lost)}")
+    assert not problems, "\n".join(problems)
+
+    # isolation: ned's ray.shutdown() and oli's os._exit(1) did not reach quinn, graded after them
+    assert rows[("quinn", "data02")].score == rows[("quinn", "data02")].max_score
+    assert rows[("ned", "data02")].status == "graded" and rows[("ned", "data02")].score >= 9
+    import ray
+
+    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == ray_cluster.num_cpus
+
+    # the CSV: one row per student and assignment, every failure explained
+    table = _rows_csv(out)
+    assert [tuple(r) for r in [table[0].keys()]] == [("student", "assignment", "score", "max_score", "status", "message")]
+    assert len(table) == len({(r["student"], r["assignment"]) for r in table}) == len(expected)
+    assert all(r["message"] for r in table if r["status"] != "graded")
+
+    # feedback for every row, small, and without hidden tests or oracle code
+    secrets = secret_lines(ROOT, include_solutions=False)
+    for (student, assignment), row in rows.items():
+        page = out / "feedback" / student / assignment / f"{assignment}.html"
+        assert page.is_file(), page
+        text = page.read_text()
+        assert len(text) < 2_000_000, f"{page} is {len(text)} characters"
+        assert find_secrets(html_text(text), secrets) == [] and find_secrets(text, {}) == [], page
+        assert f"Status: {row.status}" in html_text(text)
+    fay = html_text((out / "feedback" / "fay" / "data02" / "data02.html").read_text())
+    assert "Hidden test: it runs only in the grader" in fay and "AssertionError" in fay
+    assert "was edited" in (out / "repairs" / "fay.md").read_text()
+
+    # the summary names the class average, the most-failed parts and who needs attention
+    summary = (out / "summary.md").read_text()
+    assert "| data02 |" in summary and "phenol_ratio_hidden" in summary
+    assert all(f"| {s} | data02 |" in summary for s in ("cai", "ivy", "jon", "kim", "lea", "oli", "pam"))
+
+    # re-run: nothing is graded again, nothing is duplicated or lost
+    before = (out / "grades.csv").read_text()
+    start = time.monotonic()
+    grade_class(fixture_class, out, options)
+    assert (out / "grades.csv").read_text() == before and time.monotonic() - start < 60
+    # a later run with one student only keeps everyone else's grades
+    only_hal = tmp_path / "late"
+    (only_hal / "hal").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(fixture_class / "hal" / "data01", only_hal / "hal" / "data01")
+    grade_class(only_hal, out, options)
+    assert (out / "grades.csv").read_text() == before
+
+
+@pytest.mark.slow
+def test_grade_with_a_fresh_ray_runtime_per_notebook(fixture_class, tmp_path):
+    """The default of `make grade`: each kernel starts (and loses) a Ray cluster of its own."""
+    subset = tmp_path / "subset"
+    import shutil
+
+    shutil.copytree(fixture_class / "ned", subset / "ned")
+    started = time.time()
+    rows = grade_class(subset, tmp_path / "grading", GradeOptions(cell_timeout_s=60, notebook_timeout_s=300,
+                                                                  memory_bytes=6 * GiB, quiet=True))
+    row = rows[("ned", "data02")]
+    assert row.status == "graded" and row.score >= 9, row
+    left = []
+    for proc in psutil.process_iter(["environ", "create_time"]):
+        try:
+            env = proc.info["environ"] or {}
+        except psutil.Error:
+            continue
+        if env.get("RAYDATA_COURSE_TMPDIR", "").startswith("/tmp/rdg-") and (proc.info["create_time"] or 0) >= started:
+            left.append(proc.pid)
+    assert not left, f"Ray processes outlived the graded notebook: {left}"
+    assert json.loads((tmp_path / "grading" / "grades.json").read_text())["rows"][0]["status"] == "graded"
+
+
+# ----------------------------------------------------------------------- classification
+
+
+def test_classify_every_outcome():
+    from raydata_course.classroom.grade import _classify
+    from raydata_course.classroom.sandbox import RunOutcome
+
+    options = GradeOptions(cell_timeout_s=15, notebook_timeout_s=100, memory_bytes=4 * GiB)
+    ok = RunOutcome(0, 10.0, None, GiB, 0)
+    cells = {"a_visible": [1, 1], "a_hidden": [0, 2]}
+
+    def result(*errors, success=True, log=""):
+        return {"success": success, "score": 1.0, "max_score": 3.0, "cells": cells, "log": log,
+                "errors": [{"index": i, "grade_id": g, "ename": e, "evalue": ""} for i, g, e in errors]}
+
+    where = {"index": 3, "grade_id": "a_answer"}
+    assert _classify(result(), ok, None, options)[:2] == ("graded", 1.0)
+    assert "lost points in a_hidden" in _classify(result(), ok, None, options)[3]
+    status, score, _, msgs = _classify(result((3, "a_answer", "CellTimeoutError")), ok, where, options)
+    assert (status, score) == ("timeout", 1.0) and "a_answer ran past the per-cell limit of 15 s" in msgs[0]
+    status, _, _, msgs = _classify(result((3, "a_answer", "MemoryError")), ok, where, options)
+    assert status == "crashed" and "ran out of memory" in msgs[0]
+    status, _, _, msgs = _classify(result((1, "setup", "Exception")), ok, where, options, frozenset({"setup"}))
+    assert status == "crashed" and "instructor's cell 'setup' failed" in msgs[0]
+    status, score, _, msgs = _classify(result(success=False, log="nbclient.exceptions.DeadKernelError: Kernel died"), ok, where, options)
+    assert (status, score) == ("crashed", 0.0) and "kernel died while running cell 'a_answer'" in msgs[0]
+    status, score, _, msgs = _classify(None, RunOutcome(-9, 100.0, "timeout", GiB, 3), where, options)
+    assert (status, score) == ("timeout", 0.0) and "per-notebook limit of 100 s" in msgs[0]
+    status, score, _, msgs = _classify(None, RunOutcome(-9, 5.0, "memory", 5 * GiB, 3), where, options)
+    assert (status, score) == ("crashed", 0.0) and "over the memory limit of 4.0 GiB" in msgs[0]

@@ -1,0 +1,283 @@
+"""The push-based split: window, exactly-once delivery, epochs, equal splits, failures.
+
+Consumers run in threaded actors (the transport Ray Train workers get: blocks pushed into
+the actor's process) unless a test says otherwise.
+"""
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from raydata_course.push_split import CONSUMER_DEATH_TIMEOUT_S, PushSplitError, push_split
+
+ray = pytest.importorskip("ray")
+
+
+@ray.remote(max_concurrency=4)
+class Consumer:
+    """Hosts one split; ``consume`` runs in one of its threads while pushes arrive."""
+
+    def consume(self, split, batch_size, prefetch_batches, delays_s=(), epochs=1, torch_batches=False):
+        """Iterate ``epochs`` epochs; returns the ids per epoch and the window samples."""
+        out = []
+        for _ in range(epochs):
+            ids = []
+            if torch_batches:
+                batches = split.iter_torch_batches(batch_size=batch_size, prefetch_batches=prefetch_batches,
+                                                   dtypes={"id": __import__("torch").float64})
+            else:
+                batches = split.iter_batches(batch_size=batch_size, prefetch_batches=prefetch_batches)
+            for i, batch in enumerate(batches):
+                ids.extend(int(x) for x in batch["id"].tolist())
+                if delays_s:
+                    time.sleep(delays_s[i % len(delays_s)])
+                del batch
+            out.append(ids)
+        return out
+
+    def pid(self):
+        import os
+
+        return os.getpid()
+
+
+def _run(splits, batch_size=10, prefetch_batches=2, delays=None, epochs=1, consumers=None, **kw):
+    consumers = consumers[:len(splits)] if consumers else [Consumer.remote() for _ in splits]
+    refs = [c.consume.remote(s, batch_size, prefetch_batches, (delays or {}).get(i, ()), epochs, **kw)
+            for i, (c, s) in enumerate(zip(consumers, splits))]
+    return ray.get(refs, timeout=120), consumers
+
+
+def test_every_row_once_equal_counts_and_window(ray_cluster):
+    """Every row exactly once, equal row counts, the window held to one block of overshoot,
+    and the coordinator releasing every block once consumed."""
+    ds = ray.data.range(600, override_num_blocks=12)  # 50-row blocks
+    splits = push_split(ds, 3, equal=True)
+    (out, _) = _run(splits, batch_size=16, prefetch_batches=2, delays={0: (0.01,)})
+    ids = [i for per_split in out for i in per_split[0]]
+    assert sorted(ids) == list(range(600))
+    assert [len(s[0]) for s in out] == [200, 200, 200]
+    state = splits[0].debug_state()
+    final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
+    for flow in final.values():
+        assert flow["max_inflight_rows"] <= flow["target_rows"] + flow["max_block_rows"] - 1, flow
+        assert flow["rows_pushed"] == 200
+    time.sleep(0.5)
+    state = splits[0].debug_state()
+    assert state["external_consumer_bytes"] == 0
+    assert all(f["unconsumed_blocks"] == 0 for f in state["splits"].values())
+
+
+def test_equal_true_trims_uneven_rows(ray_cluster):
+    ds = ray.data.range(103, override_num_blocks=5)
+    (out, _) = _run(push_split(ds, 2, equal=True), batch_size=7)
+    assert [len(s[0]) for s in out] == [51, 51]
+    assert len(set(out[0][0]) | set(out[1][0])) == 102
+
+
+def test_several_epochs_and_torch_batches(ray_cluster):
+    torch = pytest.importorskip("torch")  # noqa: F841
+    ds = ray.data.range(240, override_num_blocks=8)
+    splits = push_split(ds, 2)
+    (out, _) = _run(splits, batch_size=12, prefetch_batches=1, epochs=3, torch_batches=True)
+    for epoch in range(3):
+        got = sorted(out[0][epoch] + out[1][epoch])
+        assert got == list(range(240)), epoch
+    state = splits[0].debug_state()
+    assert state["epoch"] == 2 and len(state["finished_epochs"]) == 2
+
+
+def test_drop_last_and_batch_shapes_in_the_driver(ray_cluster):
+    """Consumed in the driver (not an actor): the fetch transport, same semantics."""
+    ds = ray.data.range(100, override_num_blocks=4)
+    splits = push_split(ds, 2)
+    sizes = {}
+
+    def run(i):
+        sizes[i] = [len(b["id"]) for b in splits[i].iter_batches(batch_size=15, drop_last=True, prefetch_batches=2)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join(timeout=120) for t in threads]
+    assert sizes == {0: [15, 15, 15], 1: [15, 15, 15]}
+
+
+def test_window_bound_with_blocks_larger_than_the_window(ray_cluster):
+    """A 100-row window and 64-row blocks: at most one block beyond the window is in flight,
+    and a slow consumer still gets every row."""
+    ds = ray.data.range_tensor(1024, shape=(256,), override_num_blocks=16)
+    ds = ds.map_batches(lambda b: {"id": np.arange(len(b["data"])), "data": b["data"]})
+    splits = push_split(ds, 2)
+    stop = threading.Event()
+    seen = []
+
+    def sample():
+        while not stop.wait(0.05):
+            seen.append(splits[0].debug_state()["splits"])
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        (out, _) = _run(splits, batch_size=25, prefetch_batches=4, delays={0: (0.02,), 1: (0.01,)})
+    finally:
+        stop.set()
+        sampler.join()
+    assert [len(s[0]) for s in out] == [512, 512]
+    for flows in seen:
+        for flow in flows.values():
+            inflight = flow["rows_pushed"] - flow["rows_consumed"]
+            assert inflight <= flow["target_rows"] + max(flow["max_block_rows"], 1) - 1, flow
+
+
+@pytest.mark.slow
+def test_every_row_exactly_once_under_random_delays(ray_cluster):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    pool = [Consumer.remote() for _ in range(3)]  # reused: actor start-up dominates otherwise
+
+    @hypothesis.settings(max_examples=8, deadline=None, derandomize=True)
+    @hypothesis.given(n=st.integers(1, 3), num_blocks=st.integers(1, 9), batch_size=st.integers(1, 40),
+                      prefetch=st.integers(1, 3), seed=st.integers(0, 2**16))
+    def check(n, num_blocks, batch_size, prefetch, seed):
+        rng = random.Random(seed)
+        rows = 60 * n + rng.randrange(0, 30)
+        ds = ray.data.range(rows, override_num_blocks=num_blocks)
+        delays = {i: tuple(rng.choice((0.0, 0.0, 0.002, 0.01)) for _ in range(5)) for i in range(n)}
+        (out, _) = _run(push_split(ds, n, equal=True), batch_size=batch_size, prefetch_batches=prefetch,
+                        delays=delays, consumers=pool)
+        ids = [i for per_split in out for i in per_split[0]]
+        assert len(ids) == len(set(ids)), "a row was delivered twice"
+        assert {len(s[0]) for s in out} == {rows // n}
+
+    try:
+        check()
+    finally:
+        for c in pool:
+            ray.kill(c)
+
+
+def test_out_of_range_split_index_is_rejected(ray_cluster):
+    from raydata_course.push_split import PushSplitIterator
+
+    splits = push_split(ray.data.range(10), 2)
+    with pytest.raises(ValueError, match="split_idx must be between 0 and 1, got 2"):
+        ray.get(splits[0]._coord.start_epoch.remote(2, 10, None))
+    with pytest.raises(ValueError, match="split_idx must be between 0 and 1, got -1"):
+        PushSplitIterator(splits[0]._coord, -1, 2, "k")
+    with pytest.raises(ValueError, match="positive integer batch_size"):
+        next(iter(splits[0].iter_batches(batch_size=None)))
+
+
+def test_teardown_failure_fails_the_next_epoch_for_every_split(ray_cluster):
+    ds = ray.data.range(40, override_num_blocks=2)
+    splits = push_split(ds, 2)
+    (out, consumers) = _run(splits, batch_size=10)
+    assert sorted(out[0][0] + out[1][0]) == list(range(40))
+
+    def break_teardown(coord):
+        def boom(force):
+            raise OSError("disk gone")
+
+        coord._executor.shutdown = boom
+        coord._teardown_thread = None
+
+    ray.get(splits[0]._coord.__ray_call__.remote(break_teardown))
+    refs = [c.consume.remote(s, 10, 1) for c, s in zip(consumers, splits)]
+    for ref in refs:
+        with pytest.raises(PushSplitError, match="tearing down epoch 0 failed.*disk gone"):
+            ray.get(ref, timeout=60)
+    # the barrier was released: a later epoch starts normally
+    (out, _) = _run(splits, batch_size=10)
+    assert sorted(out[0][0] + out[1][0]) == list(range(40))
+
+
+def test_a_dead_consumer_fails_the_others_quickly(ray_cluster):
+    ds = ray.data.range(2000, override_num_blocks=40)
+    splits = push_split(ds, 2, liveness_interval_s=0.5)
+    consumers = [Consumer.remote() for _ in splits]
+    slow = (0.05,)
+    refs = [c.consume.remote(s, 10, 2, slow) for c, s in zip(consumers, splits)]
+    deadline = time.monotonic() + 60
+    while splits[0].debug_state()["splits"].get(0, {}).get("rows_consumed", 0) < 20:
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+    ray.kill(consumers[1])
+    t0 = time.monotonic()
+    with pytest.raises(PushSplitError, match="consumer of split 1 died"):
+        ray.get(refs[0], timeout=CONSUMER_DEATH_TIMEOUT_S + 10)
+    assert time.monotonic() - t0 < CONSUMER_DEATH_TIMEOUT_S
+
+
+def test_reports_late_duplicate_and_reordered(ray_cluster):
+    """Direct protocol checks against the coordinator: deliveries reordered on arrival,
+    duplicates and late reports ignored."""
+    from raydata_course.push_split import _Inbox
+
+    inbox = _Inbox()
+    for seq in (2, 0, 2, 1, 0, 3):
+        inbox.put(seq, ("block", seq, 1, 1, None))
+    assert [item[0] for item in inbox.ready] == [0, 1, 2, 3]
+    assert inbox.duplicates == 2 and inbox.max_reorder == 2
+
+    ds = ray.data.range(40, override_num_blocks=4)
+    splits = push_split(ds, 1)
+    coord = splits[0]._coord
+    (out, _) = _run(splits, batch_size=10)
+    assert sorted(out[0][0]) == list(range(40))
+    before = ray.get(coord.debug_state.remote())
+    ray.get(coord.consumed.remote(0, 0, [(0, 0, 10)]))  # after the split finished
+    ray.get(coord.consumed.remote(-1, 0, [(0, 0, 10)]))  # another epoch
+    after = ray.get(coord.debug_state.remote())
+    assert after["splits"][0]["rows_consumed"] == before["splits"][0]["rows_consumed"]
+    assert after["splits"][0]["ignored_reports"] == before["splits"][0]["ignored_reports"] + 1
+    assert after["late_reports"] == before["late_reports"] + 1
+
+
+@pytest.mark.slow
+def test_torch_trainer_workers_get_push_shards(ray_cluster, tmp_path):
+    """Ray Train V2: the same training loop, shards from PushDataConfig, every row once
+    per epoch across the workers."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from raydata_course.push_train import PushDataConfig
+
+    @ray.remote(num_cpus=0)
+    class Sink:
+        def __init__(self):
+            self.ids = []
+
+        def add(self, kind, ids):
+            self.ids.append((kind, ids))
+
+        def get(self):
+            return self.ids
+
+    sink = Sink.options(name="push-split-sink", namespace="push-split-test").remote()
+
+    def loop(config):
+        import ray.train
+
+        shard = ray.train.get_dataset_shard("train")
+        out = ray.get_actor("push-split-sink", namespace="push-split-test")
+        for epoch in range(2):
+            ids = []
+            for batch in shard.iter_torch_batches(batch_size=16, prefetch_batches=2):
+                ids.extend(int(x) for x in batch["id"])
+            ray.get(out.add.remote(type(shard).__name__, (epoch, ids)))
+
+    trainer = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                           datasets={"train": ray.data.range(200, override_num_blocks=8)},
+                           dataset_config=PushDataConfig(),
+                           run_config=RunConfig(storage_path=str(tmp_path), name="push"))
+    trainer.fit()
+    got = ray.get(sink.get.remote())
+    assert {kind for kind, _ in got} == {"PushSplitIterator"}
+    for epoch in range(2):
+        ids = [i for _, (e, part) in got if e == epoch for i in part]
+        assert sorted(ids) == list(range(200))
+    ray.kill(sink)
