@@ -268,7 +268,7 @@ def _rows_csv(out: Path) -> list[dict]:
 @pytest.mark.slow
 def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     out = tmp_path / "grading"
-    options = GradeOptions(cell_timeout_s=20, notebook_timeout_s=240, memory_bytes=4 * GiB,
+    options = GradeOptions(cell_timeout_s=90, notebook_timeout_s=600, memory_bytes=4 * GiB,
                            ray_address=ray_cluster.address, quiet=True)
     start = time.monotonic()
     rows = grade_class(fixture_class, out, options)

@@ -325,19 +325,7 @@ def run_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwa
         ...
         TimeoutError: sleep did not return within 0.05 s (it may be blocked; it keeps running in the background).
     """
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}.")
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # handed to the caller below
-            outcome["error"] = exc
-
-    name = getattr(fn, "__name__", type(fn).__name__)
-    thread = threading.Thread(target=target, name=f"run_with_timeout:{name}", daemon=True)
-    thread.start()
+    name, thread, outcome = _start_in_thread("run_with_timeout", fn, timeout_s, args, kwargs)
     thread.join(timeout_s)
     if thread.is_alive():
         raise TimeoutError(
@@ -407,20 +395,8 @@ def run_split_readers(fn: Callable[..., Any], timeout_s: float, *args: Any, **kw
     """
     import ray
 
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}.")
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # handed to the caller below
-            outcome["error"] = exc
-
-    name = getattr(fn, "__name__", type(fn).__name__)
     with track_split_coordinators() as coordinators:
-        thread = threading.Thread(target=target, name=f"run_split_readers:{name}", daemon=True)
-        thread.start()
+        name, thread, outcome = _start_in_thread("run_split_readers", fn, timeout_s, args, kwargs)
         thread.join(timeout_s)
         if thread.is_alive():
             for actor in coordinators:
@@ -434,6 +410,34 @@ def run_split_readers(fn: Callable[..., Any], timeout_s: float, *args: Any, **kw
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def _start_in_thread(
+    caller: str, fn: Callable[..., Any], timeout_s: float, args: tuple, kwargs: dict
+) -> tuple[str, threading.Thread, dict[str, Any]]:
+    """Start ``fn(*args, **kwargs)`` in a daemon thread; its result or error lands in a dict.
+
+    Returns:
+        ``(name, thread, outcome)``: ``fn``'s name, the started thread, and a dict that gets
+        ``"value"`` or ``"error"`` when ``fn`` ends.
+
+    Raises:
+        ValueError: if ``timeout_s`` is not positive (checked before anything starts).
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}.")
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+    thread = threading.Thread(target=target, name=f"{caller}:{name}", daemon=True)
+    thread.start()
+    return name, thread, outcome
 
 
 # After killing a blocked reader's coordinator: how long to wait for the reader to end, in seconds.
