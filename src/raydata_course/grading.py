@@ -227,14 +227,13 @@ def course_root() -> Path:
 
 def _discover_assignments() -> tuple[str, ...]:
     """Ids ``dataNN`` with a source notebook ``solutions/<id>/<id>.ipynb``, in order."""
-    import re
-
     try:
         solutions = course_root() / "solutions"
     except FileNotFoundError:
         return ()
+    # The glob already limits both names to dataNN; the notebook must be named after its folder.
     return tuple(sorted(p.parent.name for p in solutions.glob("data[0-9][0-9]/data[0-9][0-9].ipynb")
-                        if re.fullmatch(r"data\d\d", p.parent.name) and p.stem == p.parent.name))
+                        if p.stem == p.parent.name))
 
 
 #: The course's assignments, in order: every ``solutions/<id>/<id>.ipynb`` with ``id`` like
