@@ -5,8 +5,11 @@
 - every mutant (a plausible wrong answer in autograder/mutants/) fails exactly the grade
   cells it names, passes the others, and so scores below full marks.
 
-Graded kernels connect to the session's shared cluster (RAY_ADDRESS) to save a cluster start
-per notebook.
+Mutants that cannot reach each other's grade cells share one graded notebook
+(``grading.mutant_groups``: their answer cells only define things, and they change parts
+that no name links); that notebook must fail exactly the union of their cells. The others
+are graded alone. Graded kernels connect to the session's shared cluster (RAY_ADDRESS) to
+save a cluster start per notebook.
 """
 
 from pathlib import Path
@@ -36,8 +39,8 @@ def _cases():
     for assignment in grading.ASSIGNMENTS:
         yield pytest.param(assignment, None, id=f"{assignment}-reference")
         yield pytest.param(assignment, "blank", id=f"{assignment}-blank")
-        for mutant in grading.load_mutants(assignment, ROOT):
-            yield pytest.param(assignment, mutant, id=f"{assignment}-{mutant.name}")
+        for group in grading.mutant_groups(assignment, grading.load_mutants(assignment, ROOT), ROOT):
+            yield pytest.param(assignment, group, id=f"{assignment}-{'+'.join(m.name for m in group)}")
 
 
 @pytest.mark.parametrize("assignment,case", list(_cases()))
@@ -52,13 +55,37 @@ def test_grading_contract(course_dir, ray_cluster, assignment, case):
         score = _grade(course_dir, ray_cluster, assignment, "blank", nbformat.read(release, as_version=4))
         assert score.cells and all(s == 0 for s, _ in score.cells.values()), f"blank release earned points: {score.cells}"
     else:
-        score = _grade(course_dir, ray_cluster, assignment, case.name,
-                       grading.mutant_submission(assignment, case, release))
+        name = "+".join(m.name for m in case)
+        answers = {k: v for m in case for k, v in m.answers.items()}
+        assert len(answers) == sum(len(m.answers) for m in case), f"{name}: mutants in one notebook share an answer cell"
+        submission = grading.fill_answers(grading.reference_submission(assignment, release), answers)
+        score = _grade(course_dir, ray_cluster, assignment, name.replace("+", "-"), submission)
         failed = {cell for cell, (s, m) in score.cells.items() if s == 0}
         partial = {cell for cell, (s, m) in score.cells.items() if 0 < s < m}
-        assert not partial, f"{case.name}: partial grades {partial}"
-        assert failed == case.fails, (
-            f"{case.name} ({case.description.splitlines()[0]}) should fail exactly {sorted(case.fails)}, "
-            f"failed {sorted(failed)}"
-        )
+        assert not partial, f"{name}: partial grades {partial}"
+        problems = [f"{m.name} ({m.description.splitlines()[0]}) should fail {sorted(m.fails)}; passed "
+                    f"{sorted(m.fails - failed)}" for m in case if not m.fails <= failed]
+        expected = set().union(*(m.fails for m in case))
+        if failed - expected:
+            problems.append(f"cells that no mutant in {name} names failed: {sorted(failed - expected)}")
+        assert not problems, "\n".join(problems)
         assert score.score < score.max_score
+
+
+def test_mutant_groups_keep_coupled_parts_and_side_effects_apart():
+    """What lets mutants share a notebook, on the real exercises."""
+    groups = {a: grading.mutant_groups(a, grading.load_mutants(a, ROOT), ROOT) for a in grading.ASSIGNMENTS}
+    for assignment, found in groups.items():
+        names = [m.name for g in found for m in g]
+        assert sorted(names) == sorted(m.name for m in grading.load_mutants(assignment, ROOT))
+    # data01's parts test only their own function: mutants in one notebook fail disjoint parts
+    for g in groups["data01"]:
+        parts = [{grading.part_of(c) for c in m.fails} for m in g]
+        assert len(set().union(*parts)) == sum(map(len, parts)), g
+    assert max(map(len, groups["data01"])) > 1
+    # the mutant that patches the grader at cell run time is graded alone
+    assert ("m7_patch_grader",) in [tuple(m.name for m in g) for g in groups["data01"]]
+    # data04's parts all meet in the measured pipeline: nothing is shared
+    assert all(len(g) == 1 for g in groups["data04"])
+    components = grading.part_components("data03", ROOT)
+    assert components["predictor"] == components["predict_wine"] != components["evaluate"]

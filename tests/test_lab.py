@@ -179,6 +179,50 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     assert {s["limit_bytes"] for s in samples if s["limit_bytes"] > 0} == {64 * MiB}
 
 
+def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223):
+    from raydata_course.lab.run import RunResult
+
+    return RunResult(
+        variant=variant, repeat=0, config={"step_delay_s": delay, "consumers": consumers, "batch_rows": batch_rows},
+        peak_bytes=int(peak_mib * MiB), budget_bytes=256 * MiB, overage_bytes=int((peak_mib - 256) * MiB),
+        believed_peak_bytes=0, hidden_peak_bytes=0, hidden_batches_per_consumer=0.0, unaccounted_at_peak_bytes=0,
+        predicted_hidden_bytes=0, predicted_hidden_batches=0, hidden_range_batches=(0, 0), upstream_hidden_batches=0,
+        realization=0.0, spilled_bytes=0, rows=0, batches=0, consume_s=1.0, rows_per_s=0.0, batches_per_s=0.0,
+        step_s_median=0.0, wait_s_median=0.0, first_batch_s=0.0, wall_s=1.0, total_wall_s=1.0,
+        overall_batches_per_s=overall, midrun_batches_per_s=midrun, split="push" if variant.endswith("-push") else "pull")
+
+
+def test_push_targets_use_budget_plus_one_block_per_consumer_and_throughput_ratios():
+    from raydata_course.lab.run import format_push_targets, push_targets
+
+    block_mib = 223 * ROW_BYTES / MiB  # 32.015 MiB
+    runs = [_result("train-slow", peak_mib=500), _result("train-slow-push", peak_mib=256 + 2 * block_mib),
+            _result("train-fast", peak_mib=600, overall=10, midrun=12, delay=0.0),
+            _result("train-fast-push", peak_mib=300, overall=9.6, midrun=11.0, delay=0.0)]
+    checks = {(c["variant"], c["target"]): c for c in push_targets(runs)}
+    slow = checks[("train-slow", "push peak <= budget + 2 x one block (MiB)")]
+    assert slow["met"] and slow["bound"] == pytest.approx(256 + 2 * block_mib)
+    assert checks[("train-slow", "pull peak / budget")]["value"] == pytest.approx(500 / 256)
+    assert checks[("train-fast", "push / pull throughput, overall")]["met"]  # 0.96
+    assert not checks[("train-fast", "push / pull throughput, mid-run")]["met"]  # 0.917
+    over = push_targets([_result("train-slow", peak_mib=300), _result("train-slow-push", peak_mib=256 + 2 * block_mib + 1)])
+    assert [c["met"] for c in over] == [False, False]
+    table = format_push_targets(over)
+    assert table.count("| NO |") == 2 and "<= 320.03" in table
+    assert push_targets([_result("driver-slow", peak_mib=400)]) == [] and format_push_targets([]) == ""
+
+
+def test_results_round_trip_through_results_json(tmp_path):
+    from raydata_course.lab.run import load_results, save_results
+
+    runs = [_result("train-slow", peak_mib=500), _result("train-slow-push", peak_mib=300)]
+    path = save_results(runs, [], tmp_path, {"ray_version": "x"})
+    assert load_results(path) == runs
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="no 'runs' list"):
+        load_results(tmp_path / "bad.json")
+
+
 # ---------------------------------------------------------------------------- quick lab
 
 

@@ -19,6 +19,8 @@ Examples:
 
 from __future__ import annotations
 
+import ast
+import collections
 import copy
 import importlib.util
 import os
@@ -518,6 +520,101 @@ def load_mutants(assignment: str, root: str | os.PathLike | None = None) -> list
                    frozenset(namespace["FAILS"]))
         )
     return mutants
+
+
+def part_of(grade_id: str) -> str:
+    """The exercise part a grade id belongs to: ``make_blocks_hidden`` -> ``make_blocks``."""
+    return grade_id.rsplit("_", 1)[0]
+
+
+def _defined_names(code: str) -> set[str]:
+    """Names a cell defines at top level (functions, classes, assignments, imports)."""
+    names: set[str] = set()
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _used_names(code: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+
+
+def _only_definitions(code: str) -> bool:
+    """True when running the cell only defines things: defs, classes, imports, docstrings."""
+    allowed = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return all(isinstance(node, allowed) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+               for node in ast.parse(code).body)
+
+
+def part_components(assignment: str, root: str | os.PathLike | None = None) -> dict[str, int]:
+    """Group an exercise's parts by what their cells share, from the nbgrader source.
+
+    Part ``X`` depends on part ``Y`` when ``X``'s answer or test cells (``X_answer``,
+    ``X_visible``, ``X_hidden``) use a name that one of ``Y``'s cells defines at top level
+    (a ``predict`` test calling the ``Predictor`` class of another part, or reading a
+    variable that another part's visible test computed). Parts joined by such uses, in
+    either direction, form one component.
+
+    Returns:
+        ``{part: component number}``; parts with the same number are coupled.
+    """
+    nb = nbformat.read(source_notebook(assignment, root), as_version=4)
+    defines: dict[str, set[str]] = collections.defaultdict(set)
+    uses: dict[str, set[str]] = collections.defaultdict(set)
+    for cell in nb.cells:
+        gid = _grade_id(cell)
+        if gid is None or cell.cell_type != "code" or gid in ("setup", "teardown"):
+            continue
+        code = strip_solution_markers(cell.source)
+        defines[part_of(gid)] |= _defined_names(code)
+        uses[part_of(gid)] |= _used_names(code)
+    parts = sorted(defines)
+    component = {p: i for i, p in enumerate(parts)}
+    for x in parts:
+        for y in parts:
+            if x != y and uses[x] & defines[y]:
+                old, new = component[y], component[x]
+                component = {p: (new if c == old else c) for p, c in component.items()}
+    return component
+
+
+def mutant_groups(assignment: str, mutants: list[Mutant],
+                  root: str | os.PathLike | None = None) -> list[tuple[Mutant, ...]]:
+    """Pack mutants that cannot affect each other's grade cells into shared notebooks.
+
+    A mutant may share a notebook when its answer cells only define things (no statement
+    that changes state when the cell runs, such as patching the grader) and every cell it
+    fails belongs to a part coupled (:func:`part_components`) to a part it changes. Mutants
+    in one group touch disjoint components, so the group's notebook must fail exactly the
+    union of their ``fails``: each mutant's cells can fail only through its own answers.
+    The others run alone. The contract tests grade one notebook per group.
+
+    Returns:
+        Groups in name order of their first mutant; every mutant appears in exactly one.
+    """
+    component = part_components(assignment, root)
+    groups: list[tuple[list[Mutant], set[int]]] = []
+    alone: list[Mutant] = []
+    for mutant in mutants:
+        changed = {component.get(part_of(g)) for g in mutant.answers}
+        failed = {component.get(part_of(g)) for g in mutant.fails}
+        if (None in changed | failed or not failed <= changed
+                or not all(_only_definitions(code) for code in mutant.answers.values())):
+            alone.append(mutant)
+            continue
+        for members, touched in groups:
+            if not touched & changed:
+                members.append(mutant)
+                touched |= changed
+                break
+        else:
+            groups.append(([mutant], set(changed)))
+    out = [tuple(m) for m, _ in groups] + [(m,) for m in alone]
+    return sorted(out, key=lambda g: g[0].name)
 
 
 def reference_submission(assignment: str, release_path: str | os.PathLike | None = None):

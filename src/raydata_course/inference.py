@@ -273,7 +273,7 @@ def load_classifier(path: str | os.PathLike) -> Classifier:
         model, mean, payload["std"].numpy().astype(np.float32),
         tuple(payload["feature_names"]), tuple(payload["class_names"]),
     )
-    record_setup("load_classifier", time.perf_counter() - t0)
+    record_setup("load_classifier", time.perf_counter() - t0, detail=str(path.resolve()))
     return classifier
 
 
@@ -290,6 +290,9 @@ class SetupEvent:
         actor_id: the Ray actor it ran in (hex), or None outside an actor (a driver or a task).
         duration_s: how long the step took, in seconds.
         wall_time_s: when it finished, as ``time.time()`` (seconds since the epoch).
+        detail: what the step worked on, e.g. the model file ``load_classifier`` read
+            (absolute path); lets a check count only its own pipeline's loads when actors
+            of an earlier pipeline are still starting.
     """
 
     what: str
@@ -297,6 +300,7 @@ class SetupEvent:
     actor_id: str | None
     duration_s: float
     wall_time_s: float
+    detail: str = ""
 
 
 _local_events: list[SetupEvent] = []
@@ -333,7 +337,7 @@ def _setup_log_handle():
         return None
 
 
-def record_setup(what: str, duration_s: float = 0.0) -> SetupEvent:
+def record_setup(what: str, duration_s: float = 0.0, detail: str = "") -> SetupEvent:
     """Record that an expensive set-up step ran in this process.
 
     The event is kept in this process (see :func:`local_setup_events`) and, when this job has
@@ -343,11 +347,12 @@ def record_setup(what: str, duration_s: float = 0.0) -> SetupEvent:
     Args:
         what: a short name for the step.
         duration_s: how long it took, in seconds.
+        detail: what it worked on (see :class:`SetupEvent`).
 
     Returns:
         The :class:`SetupEvent` recorded.
     """
-    event = SetupEvent(what, os.getpid(), _current_actor_id(), float(duration_s), time.time())
+    event = SetupEvent(what, os.getpid(), _current_actor_id(), float(duration_s), time.time(), detail)
     with _local_lock:
         _local_events.append(event)
     log = _setup_log_handle()

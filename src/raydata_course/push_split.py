@@ -11,8 +11,8 @@ so the object store holds blocks that Ray Data's budget cannot see.
 * a :class:`PushSplitCoordinator` actor runs **one streaming execution per epoch** behind
   a barrier that every split must reach (waiters sleep on a ``threading.Condition``);
 * each consumer declares a **row window**, ``target_rows = prefetch_batches * batch_size``;
-  per split the coordinator keeps ``rows_pushed``, ``rows_consumed`` (rows handed to the
-  training loop), ``bytes_pushed`` and ``bytes_consumed``, and sends one more block while
+  per split the coordinator keeps ``rows_pushed``, ``rows_consumed`` (rows of batches the
+  training loop is done with: it asked for the next one), ``bytes_pushed`` and ``bytes_consumed``, and sends one more block while
   ``target_rows - (rows_pushed - rows_consumed) > 0``. A block is never cut, so the rows in
   flight exceed the window by less than one block;
 * blocks are **pushed by value**: the coordinator calls the actor that hosts the split
@@ -22,8 +22,8 @@ so the object store holds blocks that Ray Data's budget cannot see.
 * the coordinator **keeps each pushed block's ref until the consumer reports it
   released**, so Ray Data's ``BlockRefCounter`` keeps charging it to the budget; the
   consumer releases rows only once every batch that views them has been garbage-collected
-  (a zero-copy batch pins its whole block). Rows leave the window when the loop takes
-  them, but their block stays charged until it is released;
+  (a zero-copy batch pins its whole block). Rows leave the window when the loop is done
+  with their batch, but their block stays charged until it is released;
 * pushed-but-unconsumed bytes go to the executor's external-consumer hook
   ``StreamingExecutor.set_external_consumer_bytes``
   (``ray/data/_internal/execution/streaming_executor.py:480-483``);
@@ -411,11 +411,12 @@ class PushSplitCoordinator:
     # ---------------------------------------------------------------- consumer reports
 
     def consumed(self, epoch: int, split_idx: int, ranges: list[tuple[int, int, int]]) -> None:
-        """The training loop of ``split_idx`` took these rows: ``(seq, start, end)`` row
-        ranges of delivered blocks, reported when a batch is handed to the loop.
+        """The training loop of ``split_idx`` is done with these rows: ``(seq, start, end)``
+        row ranges of delivered blocks, reported when the loop asks for the batch after
+        theirs.
 
         Consumed rows open the window (``rows_consumed``, ``bytes_consumed``): the window is
-        what is pushed ahead of the loop, as ``prefetch_batches`` means. The block's ref is
+        everything pushed and not yet done with, the batch in use included. The block's ref is
         kept until :meth:`released` says no batch views its rows any more. Reports for
         another epoch, for a finished split, for an unknown block, or for a range already
         reported (duplicates) are ignored."""
@@ -699,7 +700,7 @@ def _deliver(_host_self, key: str, epoch: int, split_idx: int, seq: int, kind: s
 
 
 class _ConsumptionReporter:
-    """Collects row ranges taken by the training loop (at ``yield``) and row ranges no
+    """Collects row ranges the training loop is done with (it asked for the next batch) and row ranges no
     batch views any more (from weakref finalizers, on any thread), and reports both to
     the coordinator from one thread."""
 
@@ -713,7 +714,7 @@ class _ConsumptionReporter:
         self._thread.start()
 
     def take(self, ranges) -> None:
-        """Queue ``(seq, start, end)`` ranges handed to the training loop."""
+        """Queue ``(seq, start, end)`` ranges the training loop is done with."""
         with self._cond:
             self._taken.extend(ranges)
             self._cond.notify()
@@ -810,7 +811,10 @@ class PushSplitIterator:
 
         Args:
             prefetch_batches: the window is ``max(1, prefetch_batches) * batch_size`` rows
-                pushed ahead of the training loop.
+                pushed to this consumer and not yet done with, the batch in use included:
+                ``prefetch_batches - 1`` batches wait ready while the loop works on one.
+                (Ray's ``prefetch_batches`` counts only batches ahead; here the window
+                bounds everything the consumer holds, so the budget can account for it.)
             batch_size: rows per batch (the last may be smaller unless ``drop_last``).
             batch_format: ``"default"``/``"numpy"``, ``"pandas"`` or ``"pyarrow"``.
             drop_last: drop a final batch smaller than ``batch_size``.
@@ -944,13 +948,15 @@ class PushSplitIterator:
                     untracked.append(tuple(ranges))
                 if collate is not None:
                     batch = collate(batch)
-                # Taken by the loop: these rows leave the window now. A loop keeps its
-                # previous batch alive while it asks for the next (``for b in it`` rebinds
-                # ``b`` only after ``next`` returns), so waiting for the release here
-                # would stall a window of one batch.
-                reporter.take(ranges)
                 yield batch
                 del batch
+                # The loop asked for the next batch, so it is done with this one: its rows
+                # leave the window now. The batch in use counts in the window until then,
+                # so the rows pushed and not yet done with never pass the window by more
+                # than one block. (``for b in it`` rebinds ``b`` only after ``next``
+                # returns, so waiting for the release here would stall a window of one
+                # batch; the block's ref stays held until the release anyway.)
+                reporter.take(ranges)
         finally:
             pending.clear()
             if fetcher is not None:

@@ -52,10 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     from raydata_course.lab.run import (
         LabSession,
         format_push_table,
+        format_push_targets,
         format_table,
         format_versions_table,
         save_results,
         summarize,
+        push_targets,
         variants_for,
     )
 
@@ -109,12 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     plot_breakdown(rows, [r.__dict__ for r in results], out / "breakdown.png")
     push_tables = []
     for free_ms, runs in push_results.items():
+        # The targets are set for the raylet's lazy free off (see chapter 06).
+        checks = push_targets(runs) if free_ms == 0 else []
         if free_ms is not None:
             free0_rows = summarize(runs)
-            save_results(runs, free0_rows, out / "free0", {**meta, "system_config": {
+            save_results(runs, free0_rows, out / "free0", {**meta, "push_targets": checks, "system_config": {
                 "free_objects_period_milliseconds": free_ms}})
         push_table = format_push_table(runs, free_ms)
         if push_table:
+            if checks:
+                push_table += "\n\nTargets (lazy free off; medians over repeats):\n\n" + format_push_targets(checks)
             push_tables.append(push_table)
         setting = "lazyfree" if free_ms is None else f"free{free_ms}"
         for name in dict.fromkeys(r.variant for r in runs):

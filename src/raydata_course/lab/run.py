@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from raydata_course.lab.buffer_model import hidden_batches
-from raydata_course.lab.workload import MiB, LabConfig
+from raydata_course.lab.workload import ROW_BYTES, MiB, LabConfig
 
-__all__ = ["RunResult", "LabSession", "summarize", "format_table", "format_versions_table", "variants_for"]
+__all__ = ["RunResult", "LabSession", "summarize", "format_table", "format_push_table", "push_targets",
+           "format_push_targets", "format_versions_table", "variants_for", "load_results", "save_results"]
 
 #: seconds to wait after a run so that the probes' last samples reach the recorder.
 PROBE_FLUSH_WAIT_S = 1.0
@@ -99,7 +100,7 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
         import torch
 
         gpus = max(1, torch.cuda.device_count())
-        base = LabConfig(name="", device="cuda", batch_rows=(96 * MiB) // (3 * 224 * 224 + 8),
+        base = LabConfig(name="", device="cuda", batch_rows=(96 * MiB) // ROW_BYTES,
                          budget_bytes=1024 * MiB, object_store_bytes=8192 * MiB, num_cpus=8,
                          batches_per_consumer=32, cpus_per_worker=1.0)
         train_consumers = gpus
@@ -483,6 +484,62 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     return "\n".join(lines) if names else ""
 
 
+#: the lab's targets for the push-based split, checked with the raylet's lazy free off.
+PUSH_PULL_OVERAGE_MIN = 1.5
+PUSH_THROUGHPUT_MIN = 0.95
+
+
+def push_targets(results: list[RunResult]) -> list[dict[str, Any]]:
+    """Check the push-vs-pull targets on one cluster setting's runs (medians over repeats).
+
+    Targets (meant for runs with ``free_objects_period_milliseconds=0``):
+
+    * a slow variant (``step_delay_s > 0``): push's peak is at most the budget plus one
+      batch (= one block) per consumer, and pull's peak is at least
+      ``PUSH_PULL_OVERAGE_MIN`` times the budget;
+    * a fast variant (``step_delay_s == 0``): push's throughput is at least
+      ``PUSH_THROUGHPUT_MIN`` times pull's, overall and mid-run (batches 25-90 %).
+
+    Returns:
+        One dict per check: ``variant``, ``target`` (words), ``value``, ``bound`` and ``met``.
+    """
+    med = statistics.median
+    checks = []
+    names = [n for n in dict.fromkeys(r.variant for r in results) if f"{n}-push" in {r.variant for r in results}]
+    for name in names:
+        pull = [r for r in results if r.variant == name]
+        push = [r for r in results if r.variant == f"{name}-push"]
+        cfg = push[0].config
+        if cfg.get("step_delay_s", 0) > 0:
+            block_bytes = cfg["batch_rows"] * ROW_BYTES
+            bound = med([r.budget_bytes for r in push]) + cfg["consumers"] * block_bytes
+            peak = med([r.peak_bytes for r in push])
+            checks.append({"variant": name, "target": f"push peak <= budget + {cfg['consumers']} x one block (MiB)",
+                           "value": peak / MiB, "bound": bound / MiB, "met": peak <= bound})
+            ratio = med([r.peak_bytes / r.budget_bytes for r in pull])
+            checks.append({"variant": name, "target": "pull peak / budget", "value": ratio,
+                           "bound": PUSH_PULL_OVERAGE_MIN, "met": ratio >= PUSH_PULL_OVERAGE_MIN})
+        else:
+            for label, attr in (("overall", "overall_batches_per_s"), ("mid-run", "midrun_batches_per_s")):
+                pull_rate = med([getattr(r, attr) for r in pull])
+                ratio = med([getattr(r, attr) for r in push]) / pull_rate if pull_rate else 0.0
+                checks.append({"variant": name, "target": f"push / pull throughput, {label}", "value": ratio,
+                               "bound": PUSH_THROUGHPUT_MIN, "met": ratio >= PUSH_THROUGHPUT_MIN})
+    return checks
+
+
+def format_push_targets(checks: list[dict[str, Any]]) -> str:
+    """The checks of :func:`push_targets` as a Markdown table (empty string for none)."""
+    if not checks:
+        return ""
+    lines = ["| variant | target | measured | bound | met |", "|---|---|---:|---:|---|"]
+    for c in checks:
+        op = "<=" if "<=" in c["target"] else ">="
+        lines.append(f"| {c['variant']} | {c['target']} | {c['value']:.2f} | {op} {c['bound']:.2f} "
+                     f"| {'yes' if c['met'] else 'NO'} |")
+    return "\n".join(lines)
+
+
 def format_versions_table(result_files: list[Path]) -> str:
     """One table of every variant under every Ray version found in ``result_files``.
 
@@ -513,6 +570,25 @@ def format_versions_table(result_files: list[Path]) -> str:
             f"| {r['predicted_hidden_batches']} (range {r['hidden_range_batches'][0]}-{r['hidden_range_batches'][1]}) "
             f"| {r['realization']:.0%} | {r['rows_per_s']:,.0f} |")
     return "\n".join(lines)
+
+
+def load_results(path: str | Path) -> list[RunResult]:
+    """The runs of a ``results.json`` written by :func:`save_results`, as :class:`RunResult`.
+
+    Raises:
+        FileNotFoundError: no file at ``path`` (run ``make lab`` first).
+        ValueError: the file holds no ``runs`` list.
+    """
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data.get("runs"), list):
+        raise ValueError(f"{path} holds no 'runs' list; it was not written by the lab.")
+    known = set(RunResult.__dataclass_fields__)
+    runs = []
+    for run in data["runs"]:
+        run = {k: v for k, v in run.items() if k in known}
+        run["hidden_range_batches"] = tuple(run.get("hidden_range_batches", (0, 0)))
+        runs.append(RunResult(**run))
+    return runs
 
 
 def save_results(results: list[RunResult], rows: list[dict], out_dir: Path, meta: dict) -> Path:
