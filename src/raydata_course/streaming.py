@@ -346,35 +346,6 @@ class ExecutorProbe(_ExecutionCallback):
 # --------------------------------------------------------------------------- measuring
 
 
-def _tolerant_sampler(interval_s: float):
-    """A :class:`~raydata_course.lab.probes.PlasmaSampler` whose thread survives failed readings.
-
-    The lab's sampler stops at its first failed RPC. On a loaded machine a raylet that is busy
-    spilling can miss the 10 s deadline of one ``GetNodeStats`` call, and a dead sampler
-    would silently truncate the timeline (and hide the spill). This subclass skips a failed
-    reading, counts it in ``failed_readings``, and keeps sampling.
-    """
-    from raydata_course.lab.probes import PlasmaSampler
-
-    class TolerantPlasmaSampler(PlasmaSampler):
-        failed_readings = 0
-
-        def _run(self) -> None:
-            next_t = time.monotonic()
-            while not self._stop.is_set():
-                try:
-                    self.samples.append(self.sample(False))
-                except Exception:  # noqa: BLE001 - a slow or vanishing raylet; try again
-                    if self._stop.is_set():
-                        break
-                    self.failed_readings += 1
-                next_t += self.interval_s
-                self._stop.wait(max(0.0, next_t - time.monotonic()))
-
-    return TolerantPlasmaSampler(interval_s=interval_s, classify_every=0)
-
-
-
 @dataclass
 class StreamingRun:
     """One measured run of a pipeline and its consumer.
@@ -514,7 +485,9 @@ def measure_streaming_run(
     if added:
         ctx.custom_execution_callback_classes.append(ExecutorProbe)
     ExecutorProbe.reset()
-    sampler = _tolerant_sampler(interval_s)
+    from raydata_course.lab.probes import PlasmaSampler
+
+    sampler = PlasmaSampler(interval_s=interval_s, classify_every=0)
     before = object_store_stats()
     t0 = time.monotonic()
     sampler.start()

@@ -134,6 +134,9 @@ class PlasmaSampler:
         min_object_bytes: ignore objects smaller than this when classifying (task metadata,
             small results), in bytes.
 
+    The background thread skips a reading whose RPC fails and counts it in
+    ``failed_readings``, so a busy raylet leaves a gap in the timeline, not an end.
+
     Raises:
         RuntimeError: if Ray is not initialized.
     """
@@ -145,6 +148,7 @@ class PlasmaSampler:
         self.classify_every = classify_every
         self.min_object_bytes = min_object_bytes
         self.samples: list[PlasmaSample] = []
+        self.failed_readings = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stubs = _raylet_stubs()
@@ -175,10 +179,12 @@ class PlasmaSampler:
             classify = self.classify_every > 0 and i % self.classify_every == 0
             try:
                 self.samples.append(self.sample(classify))
-            except Exception:  # a raylet going away at shutdown ends sampling quietly
+            except Exception:  # noqa: BLE001 - a busy or vanishing raylet: skip this reading
+                # On a loaded machine a raylet that is spilling can miss one call's 10 s
+                # deadline; stopping here would silently cut the timeline short.
                 if self._stop.is_set():
                     break
-                raise
+                self.failed_readings += 1
             i += 1
             next_t += self.interval_s
             self._stop.wait(max(0.0, next_t - time.monotonic()))

@@ -43,6 +43,10 @@ __all__ = ["RunResult", "LabSession", "summarize", "format_table", "format_push_
 
 #: seconds to wait after a run so that the probes' last samples reach the recorder.
 PROBE_FLUSH_WAIT_S = 1.0
+#: the smallest object the lab classifies, in bytes: objects up to Ray's
+#: ``max_direct_call_object_size`` (100 KiB, ``ray_config_def.h``) are returned inline to
+#: their owner and never occupy plasma, so counting them would overstate referenced bytes.
+PLASMA_MIN_OBJECT_BYTES = 100 * 1024 + 1
 
 
 @dataclass
@@ -217,7 +221,9 @@ class LabSession:
         ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
             object_store_memory=config.budget_bytes)
 
-        sampler = PlasmaSampler(interval_s=0.1, classify_every=3, min_object_bytes=max(1 << 20, config.batch_bytes // 4))
+        # Classify every object that lives in plasma: the decoded blocks, and the smaller
+        # encoded ones upstream. Anything larger than Ray's inline limit goes to plasma.
+        sampler = PlasmaSampler(interval_s=0.1, classify_every=3, min_object_bytes=PLASMA_MIN_OBJECT_BYTES)
         probe_cost = time_probe_cost_s(sampler)
         spilled0 = sampler.sample().spilled_bytes_total
         wall_start = time.perf_counter()
