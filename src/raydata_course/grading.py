@@ -528,7 +528,8 @@ def part_of(grade_id: str) -> str:
 
 
 def _defined_names(code: str) -> set[str]:
-    """Names a cell defines at top level (functions, classes, assignments, imports)."""
+    """Names a cell defines at top level: functions, classes and assigned variables. Imports
+    are left out: a module name means the same module in every cell, so it links nothing."""
     names: set[str] = set()
     for node in ast.parse(code).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -623,6 +624,16 @@ def reference_submission(assignment: str, release_path: str | os.PathLike | None
     return fill_answers(release_nb, reference_answers(assignment))
 
 
-def mutant_submission(assignment: str, mutant: Mutant, release_path: str | os.PathLike | None = None):
-    """The reference submission with the mutant's answer cells swapped in."""
-    return fill_answers(reference_submission(assignment, release_path), mutant.answers)
+def mutant_submission(assignment: str, mutant: Mutant | tuple[Mutant, ...],
+                      release_path: str | os.PathLike | None = None):
+    """The reference submission with the answer cells of one mutant, or of a group of
+    mutants (:func:`mutant_groups`), swapped in.
+
+    Raises:
+        ValueError: two mutants of the group replace the same answer cell.
+    """
+    group = mutant if isinstance(mutant, tuple) else (mutant,)
+    answers = {k: v for m in group for k, v in m.answers.items()}
+    if len(answers) != sum(len(m.answers) for m in group):
+        raise ValueError(f"mutants {[m.name for m in group]} replace the same answer cell; grade them apart.")
+    return fill_answers(reference_submission(assignment, release_path), answers)
