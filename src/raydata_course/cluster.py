@@ -246,6 +246,10 @@ def _check_temp_root(root: str) -> None:
         )
 
 
+#: tries to start a local cluster when Ray's node start-up times out on a busy machine.
+_START_ATTEMPTS = 3
+
+
 def setup(
     *,
     num_cpus: int | None = None,
@@ -327,13 +331,22 @@ def setup(
         # Ray's processes inherit this, which lets ray_processes() find them even after
         # they rename themselves (ray::DashboardAgent, ...).
         os.environ[TEMP_ROOT_ENV] = root
-        ray.init(
-            num_cpus=num_cpus or size.num_cpus,
-            object_store_memory=object_store_memory_bytes or size.object_store_memory_bytes,
-            include_dashboard=False,
-            _temp_dir=root,
-            _system_config=system_config or None,
-        )
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                ray.init(
+                    num_cpus=num_cpus or size.num_cpus,
+                    object_store_memory=object_store_memory_bytes or size.object_store_memory_bytes,
+                    include_dashboard=False,
+                    _temp_dir=root,
+                    _system_config=system_config or None,
+                )
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on a slow start
+                # On a busy machine the local node can miss Ray's fixed start-up wait
+                # ("The current node timed out during startup"); a second start usually works.
+                if "timed out during startup" not in str(exc) or attempt + 1 == _START_ATTEMPTS:
+                    raise
+                ray.shutdown()
         started_here = True
 
     resources = ray.cluster_resources()
