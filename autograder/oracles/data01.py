@@ -147,7 +147,7 @@ def check_first_rows_by(first_rows_by):
         "Return the dataset's own rows: each row's values must stay together."
     )
 
-    descending = ray.data.range(50_000, override_num_blocks=10).map_batches(lambda b: {"id": 49_999 - b["id"]})
+    descending = ray.data.range(20_000, override_num_blocks=4).map_batches(lambda b: {"id": 19_999 - b["id"]})
     got = first_rows_by(descending, "id", 3)
     assert [r["id"] for r in got] == [0, 1, 2], (
         "On a large dataset whose smallest values come last, the rows are not the smallest. "

@@ -141,12 +141,10 @@ class LabSession:
         system_config: Ray system settings, e.g. ``{"free_objects_period_milliseconds": 0}``.
         warm_up: run a tiny dataset first so that worker start-up does not land in the first
             variant's time to first batch (memory numbers do not depend on it).
-        start_attempts: tries to start the cluster; on a busy machine Ray's node start-up
-            can time out ("The current node timed out during startup").
     """
 
     def __init__(self, out_dir: str | Path, *, object_store_bytes: int = 2048 * MiB, num_cpus: int = 4,
-                 system_config: dict | None = None, warm_up: bool = True, start_attempts: int = 3):
+                 system_config: dict | None = None, warm_up: bool = True):
         self.free_objects_period_ms = (system_config or {}).get("free_objects_period_milliseconds")
         import ray.data
 
@@ -155,18 +153,10 @@ class LabSession:
 
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(start_attempts):
-            try:
-                self.session = rc.setup(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes,
-                                        require_object_store_bytes=int(object_store_bytes * 0.9),
-                                        system_config=system_config)
-                break
-            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on a slow start
-                if "timed out during startup" not in str(exc) or attempt + 1 == start_attempts:
-                    raise
-                rc.shutdown()
-                print(f"[lab] the local cluster did not start in time (attempt {attempt + 1}); retrying",
-                      flush=True)
+        # setup() itself retries a start that misses Ray's start-up wait on a busy machine.
+        self.session = rc.setup(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes,
+                                require_object_store_bytes=int(object_store_bytes * 0.9),
+                                system_config=system_config)
         self.recorder = start_recorder()
         ctx = ray.data.DataContext.get_current()
         if RayDataProbe not in ctx.custom_execution_callback_classes:
@@ -392,6 +382,7 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
             "repeats": len(runs),
             "consumers": first.config["consumers"],
             "batch_bytes": first.config["batch_bytes"],
+            "step_delay_s": first.config["step_delay_s"],
             "budget_bytes": med([r.budget_bytes for r in runs]),
             "peak_bytes_median": med(peaks),
             "peak_bytes_min": min(peaks),
@@ -442,6 +433,54 @@ def format_table(rows: list[dict], ray_version: str) -> str:
     return "\n".join(lines)
 
 
+#: how far the measured hidden bytes (over the buffer model's nominal prediction) may stray
+#: before the quick check fails: one epoch on a busy machine is a noisy measurement.
+HIDDEN_VS_MODEL_RANGE = (0.75, 1.34)
+
+
+def quick_check(rows: list[dict[str, Any]]) -> list[str]:
+    """What the quick lab must reproduce, checked on :func:`summarize` rows of pull variants.
+
+    For every slow variant (``step_delay_s > 0``; push variants and fast ones are skipped):
+    the peak is above the budget (``overage_bytes > 0``); at least one hidden batch per
+    consumer was measured; the hidden batches per consumer lie in the buffer model's range
+    (:func:`raydata_course.lab.buffer_model.hidden_batches`, plus or minus half a batch);
+    and hidden bytes over the model's nominal bytes lie in ``HIDDEN_VS_MODEL_RANGE``.
+
+    Returns:
+        One sentence per failed check (empty when everything was reproduced).
+    """
+    problems = []
+    for r in rows:
+        if r["variant"].endswith("-push") or not r["step_delay_s"] > 0:
+            continue
+        name, hidden = r["variant"], r["hidden_batches_per_consumer"]
+        low, high = r["hidden_range_batches"]
+        if r["overage_bytes"] <= 0:
+            problems.append(f"{name}: peak {r['peak_bytes_median'] / MiB:.0f} MiB is not above the "
+                            f"{r['budget_bytes'] / MiB:.0f} MiB budget")
+        if hidden < 1:
+            problems.append(f"{name}: no hidden (pinned, unreferenced) batch was measured")
+        elif not low - 0.5 <= hidden <= high + 0.5:
+            problems.append(f"{name}: {hidden:.1f} hidden batches per consumer, outside the model's "
+                            f"range {low}-{high}")
+        lo, hi = HIDDEN_VS_MODEL_RANGE
+        if not lo <= r["hidden_vs_model"] <= hi:
+            problems.append(f"{name}: hidden bytes are {r['hidden_vs_model']:.0%} of the model's "
+                            f"prediction (expected {lo:.0%}-{hi:.0%})")
+    return problems
+
+
+def pull_push_pairs(results: list[RunResult]) -> list[str]:
+    """The variants of ``results`` that have a push-based twin (``X`` and ``X-push``), in order.
+
+    Returns:
+        The pull variants' names, e.g. ``["train-slow"]`` (empty when no push variant ran).
+    """
+    ran = {r.variant for r in results}
+    return [name for name in dict.fromkeys(r.variant for r in results) if f"{name}-push" in ran]
+
+
 def format_push_table(results: list[RunResult], free_objects_period_ms: Optional[int] = None) -> str:
     """Pull against push, per Train variant, from one cluster setting's runs.
 
@@ -462,7 +501,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
              "| at peak: referenced / pinned-unref / freed-not-deleted MiB | push peak / pull peak "
              "| overall b/s | mid-run b/s | push/pull overall | push/pull mid-run | run s |",
              "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
-    names = [n for n in dict.fromkeys(r.variant for r in results) if f"{n}-push" in {r.variant for r in results}]
+    names = pull_push_pairs(results)
     for name in names:
         rows = {}
         for split, vname in (("pull", name), ("push", f"{name}-push")):
@@ -511,7 +550,7 @@ def push_targets(results: list[RunResult]) -> list[dict[str, Any]]:
     """
     med = statistics.median
     checks = []
-    names = [n for n in dict.fromkeys(r.variant for r in results) if f"{n}-push" in {r.variant for r in results}]
+    names = pull_push_pairs(results)
     for name in names:
         pull = [r for r in results if r.variant == name]
         push = [r for r in results if r.variant == f"{name}-push"]
