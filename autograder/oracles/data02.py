@@ -26,6 +26,13 @@ def _block_types(ds, column: str) -> set:
     return {t.schema.field(column).type for t in tables if t.num_rows}
 
 
+def _in_blocks(table: pa.Table, num_blocks: int):
+    """``table`` as a dataset of ``num_blocks`` blocks of contiguous rows, built without running a
+    repartition (``from_arrow`` makes one block per table and runs nothing)."""
+    step = -(-table.num_rows // num_blocks)
+    return ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
+
+
 def _best_time_s(fn, repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -39,7 +46,7 @@ def check_phenol_ratio(phenol_ratio):
     wine = load_wine_table()
     expected = np.asarray(wine["flavanoids"]) / np.asarray(wine["total_phenols"])
     for num_blocks in (1, 7):
-        out_ds = ray.data.from_arrow(wine).repartition(num_blocks).map_batches(phenol_ratio)
+        out_ds = _in_blocks(wine, num_blocks).map_batches(phenol_ratio)
         assert _block_types(out_ds, "phenol_ratio") == {pa.float64()}, "phenol_ratio must be float64 in every batch."
         rows = out_ds.to_pandas()
         assert len(rows) == wine.num_rows, "Through Ray Data, the UDF changed the number of rows."
@@ -66,7 +73,7 @@ def check_standardize(standardize):
     wine = load_wine_table()
     frame = wine.to_pandas()
     for columns, blocks in ((["alcohol", "proline", "hue"], 5), (["color_intensity"], 1)):
-        ds = ray.data.from_arrow(wine).repartition(blocks)
+        ds = _in_blocks(wine, blocks)
         out_ds = standardize(ds, columns)
         for c in columns:
             assert _block_types(out_ds, c) == {pa.float64()}, "Every standardized column must be float64 in every batch."
@@ -111,7 +118,7 @@ def check_long_format(long_format):
     wine = load_wine_table()
     frame = wine.to_pandas()
     columns = ["malic_acid", "proline", "color_intensity"]
-    out_ds = long_format(ray.data.from_arrow(wine).repartition(4), columns)
+    out_ds = long_format(_in_blocks(wine, 4), columns)
     assert _block_types(out_ds, "value") == {pa.float64()}, "value must be a float64 column in every block."
     out = out_ds.to_pandas()
     assert len(out) == len(columns) * wine.num_rows, "Expected one row per input row and listed column."
