@@ -410,8 +410,14 @@ def test_classify_every_outcome():
     assert status == "crashed" and "ran out of memory" in msgs[0]
     status, _, _, msgs = _classify(result((1, "setup", "Exception")), ok, where, options, frozenset({"setup"}))
     assert status == "crashed" and "instructor's cell 'setup' failed" in msgs[0]
-    status, score, _, msgs = _classify(result(success=False, log="nbclient.exceptions.DeadKernelError: Kernel died"), ok, where, options)
+    died = result(success=False, log="nbclient.exceptions.DeadKernelError: Kernel died")
+    just_started = {**where, "started_s": 1000.0}
+    status, score, _, msgs = _classify(died, RunOutcome(0, 10.0, None, GiB, 0, ended_s=1005.0), just_started, options)
     assert (status, score) == ("crashed", 0.0) and "kernel died while running cell 'a_answer'" in msgs[0]
+    # died after running past the 15 s per-cell limit: the interrupt took the kernel down
+    status, score, _, msgs = _classify(died, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1016.0), just_started, options)
+    assert (status, score) == ("timeout", 0.0) and "cell 'a_answer' ran past the per-cell limit of 15 s" in msgs[0]
+    assert "died when it was interrupted" in msgs[0]
     status, score, _, msgs = _classify(None, RunOutcome(-9, 100.0, "timeout", GiB, 3), where, options)
     assert (status, score) == ("timeout", 0.0) and "per-notebook limit of 100 s" in msgs[0]
     status, score, _, msgs = _classify(None, RunOutcome(-9, 5.0, "memory", 5 * GiB, 3), where, options)

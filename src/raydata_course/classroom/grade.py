@@ -430,6 +430,14 @@ def _classify(result: dict | None, outcome, progress: dict | None, options: Grad
     if not result or not result.get("success"):
         log = (result or {}).get("log", "")
         if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
+            ended_s = outcome.ended_s or time.time()
+            if progress and progress.get("started_s") and ended_s - progress["started_s"] >= options.cell_timeout_s:
+                # nbgrader interrupts a cell at the limit; a kernel interrupted inside Ray's
+                # client code can die of it (measured: data02's hidden tests under a short limit).
+                return "timeout", 0.0, {}, [
+                    f"{_where(progress)} ran past the per-cell limit of {options.cell_timeout_s} s, and the kernel "
+                    "died when it was interrupted (Ray code stopped in the middle of a call can take the "
+                    "kernel down): nothing after it ran, nothing was graded"]
             why = (f"the kernel died while running {_where(progress)} (os._exit(), sys.exit() in a subprocess, a crash in "
                    "native code, or running out of memory): nothing after it ran, nothing was graded")
         elif "Timeout waiting for IOPub output" in log:

@@ -51,6 +51,7 @@ class RunOutcome:
         killed: ``"timeout"`` or ``"memory"`` when the sandbox stopped the job, else None.
         peak_bytes: the largest PSS sum of the process tree that the watchdog saw, in bytes.
         leftovers_killed: processes still alive after the job ended, killed by the sandbox.
+        ended_s: when the job ended (``time.time()``, seconds since the epoch); None if unknown.
     """
 
     returncode: int
@@ -58,6 +59,7 @@ class RunOutcome:
     killed: str | None
     peak_bytes: int
     leftovers_killed: int
+    ended_s: float | None = None
 
 
 def _limit_memory(memory_bytes: int):
@@ -167,6 +169,7 @@ def run_limited(
                 pass
             _kill(procs)
         proc.wait()
+        ended_s = time.time()
     except BaseException:  # interrupted (Ctrl-C, SIGTERM): take the job's whole tree down with us
         if proc is not None and proc.poll() is None:
             procs = _tree(psutil.Process(proc.pid))
@@ -190,4 +193,4 @@ def run_limited(
         import shutil
 
         shutil.rmtree(ray_temp_root, ignore_errors=True)
-    return RunOutcome(proc.returncode, time.monotonic() - start, killed, peak, n_left)
+    return RunOutcome(proc.returncode, time.monotonic() - start, killed, peak, n_left, ended_s)
