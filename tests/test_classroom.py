@@ -30,6 +30,7 @@ from raydata_course.bundle import GRADER_ONLY, audit_bundle, build_bundle, find_
 from raydata_course.classroom import self_check
 from raydata_course.classroom.grade import GradeOptions, Row, collect_submissions, grade_class, summary_markdown
 from raydata_course.classroom.lint import lint_notebook
+from raydata_course.classroom.preprocessors import PROGRESS_ENV
 from raydata_course.classroom.sandbox import run_limited
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -380,7 +381,9 @@ def test_grade_with_a_fresh_ray_runtime_per_notebook(fixture_class, tmp_path):
             env = proc.info["environ"] or {}
         except psutil.Error:
             continue
-        if env.get("RAYDATA_COURSE_TMPDIR", "").startswith("/tmp/rdg-") and (proc.info["create_time"] or 0) >= started:
+        # this test's job only (the fixture class may be grading in another test worker): every
+        # process of the job, Ray's included, inherits the progress file's path under tmp_path
+        if env.get(PROGRESS_ENV, "").startswith(str(tmp_path)) and (proc.info["create_time"] or 0) >= started:
             left.append(proc.pid)
     assert not left, f"Ray processes outlived the graded notebook: {left}"
     assert json.loads((tmp_path / "grading" / "grades.json").read_text())["rows"][0]["status"] == "graded"

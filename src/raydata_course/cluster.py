@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ __all__ = [
     "default_cluster_size",
     "default_temp_root",
     "is_interactive",
+    "mentions_folder",
     "ray_processes",
     "setup",
     "shutdown",
@@ -396,6 +398,22 @@ def shutdown() -> None:
         ray.shutdown()
 
 
+def mentions_folder(cmdline: str, folder: str) -> bool:
+    """True when ``cmdline`` names ``folder`` or a path inside it.
+
+    A plain substring test is not enough: ``/tmp/rdc-t12`` is a prefix of ``/tmp/rdc-t1234``,
+    another test session's folder.
+
+    Examples:
+        >>> mentions_folder("raylet --temp-dir=/tmp/rdc-t12/session_1", "/tmp/rdc-t12")
+        True
+        >>> mentions_folder("raylet --temp-dir=/tmp/rdc-t1234/session_1", "/tmp/rdc-t12")
+        False
+    """
+    folder = folder.rstrip("/")
+    return re.search(re.escape(folder) + r"(?=/|\s|$)", cmdline) is not None
+
+
 def ray_processes(temp_root: str | None = None) -> list[dict[str, Any]]:
     """List this user's live processes that belong to Ray clusters under ``temp_root``.
 
@@ -421,7 +439,7 @@ def ray_processes(temp_root: str | None = None) -> list[dict[str, Any]]:
             if proc.info["uids"].real != os.getuid():
                 continue
             cmdline = " ".join(proc.info["cmdline"] or [])
-            if root in cmdline or proc.environ().get(TEMP_ROOT_ENV) == root:
+            if mentions_folder(cmdline, root) or proc.environ().get(TEMP_ROOT_ENV) == root:
                 found.append({"pid": proc.info["pid"], "cmdline": cmdline[:200]})
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
