@@ -1,6 +1,8 @@
 """Every notebook is committed clean, and every chapter runs top to bottom in a fresh kernel."""
 
+import shutil
 import subprocess
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -56,11 +58,15 @@ def test_graded_notebook_metadata_is_intact(path):
 def test_chapter_runs_top_to_bottom(path, tmp_path):
     # RAY_ADDRESS unset: the chapter starts its own embedded cluster, as a student's would.
     # TMPDIR is a fresh folder: what the chapter writes to temp folders it must remove itself.
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    run = execute_notebook(path, tmp_path / path.name, cell_timeout_s=600,
-                           env={"RAY_ADDRESS": None, "TMPDIR": str(scratch)})
-    assert run.status == "ok", f"{path.name} failed after {run.seconds:.0f} s: {run.error}"
-    # torchinductor_<user> is torch's compile cache, shared by every process of the user.
-    left = sorted(p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_"))
-    assert not left, f"{path.name} left temp files behind: {left}"
+    # It must be short: multiprocessing (DataLoader workers) binds Unix sockets in it, and a
+    # socket path may not exceed 107 bytes (a folder under pytest's tmp_path can).
+    scratch = Path(tempfile.mkdtemp(prefix="rdc-nb-"))
+    try:
+        run = execute_notebook(path, tmp_path / path.name, cell_timeout_s=600,
+                               env={"RAY_ADDRESS": None, "TMPDIR": str(scratch)})
+        assert run.status == "ok", f"{path.name} failed after {run.seconds:.0f} s: {run.error}"
+        # torchinductor_<user> is torch's compile cache, shared by every process of the user.
+        left = sorted(p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_"))
+        assert not left, f"{path.name} left temp files behind: {left}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
