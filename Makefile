@@ -9,7 +9,8 @@
 #   make release     regenerate exercises/ from solutions/ with nbgrader
 #   make grade SUBMISSIONS=path   grade a class: grades.csv, feedback, summary (OUT=build/grading)
 #   make student-bundle   build/student-bundle.zip: what students get (no solutions, no hidden tests)
-#   make jupyter     open JupyterLab at the course root with the course kernel
+#   make jupyter     open JupyterLab at the course root with the course kernel and formgrader
+#                    (GRADING=build/grading: formgrader shows that grading folder)
 #   make setup       only build .venv
 #   make lock        re-pin requirements-lock.txt from a fresh .venv
 #   make strip       strip outputs from every committed notebook
@@ -21,7 +22,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 # nbgrader shells out to `alembic` from the venv; Ray and the kernels find the venv first.
 RUN := PATH="$(CURDIR)/$(BIN):$$PATH" RAYDATA_COURSE_HEADLESS=1
-KERNEL := raydata-course
+# The instructor's commands live in the grader package (autograder/raydata_grader).
+GRADER := $(BIN)/python -m raydata_grader
 TEST_WORKERS ?= 2
 
 # `make lab RAY=2.55.1` runs the lab against another Ray release, in its own venv.
@@ -38,19 +40,19 @@ endif
 
 .PHONY: setup course lab lab-quick test test-fast release jupyter lock strip clean grade student-bundle
 
-$(STAMP): requirements.txt requirements-lock.txt pyproject.toml
+$(STAMP): requirements.txt requirements-lock.txt pyproject.toml autograder/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python ($(KERNEL))"
+	$(BIN)/python -m pip install --quiet --no-deps -e . -e autograder
+	$(BIN)/python -m raydata_course.layout
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 course: $(STAMP)
-	$(RUN) $(BIN)/python -m raydata_course.course --out build/course
+	$(RUN) $(GRADER) course --out build/course
 
 # Another Ray release's venv: the same pins, with only Ray swapped.
 .venv-ray%/.installed-stamp: requirements.txt requirements-lock.txt pyproject.toml
@@ -78,20 +80,20 @@ test-fast: $(STAMP)
 	$(RUN) $(BIN)/python -m pytest -m "not slow"
 
 release: $(STAMP)
-	$(RUN) $(BIN)/python -m raydata_course.release
+	$(RUN) $(GRADER) release
 
 # `make grade SUBMISSIONS=path [OUT=build/grading] [GRADE_ARGS="--cell-timeout 120 ..."]`
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder of <student>/<assignment>/*.ipynb or <student>.zip>"; exit 2; }
-	$(RUN) $(BIN)/python -m raydata_course.classroom grade $(SUBMISSIONS) --out $(or $(OUT),build/grading) $(GRADE_ARGS)
+	$(RUN) $(GRADER) grade $(SUBMISSIONS) --out $(or $(OUT),build/grading) $(GRADE_ARGS)
 
 student-bundle: $(STAMP)
-	$(RUN) $(BIN)/python -m raydata_course.bundle --out build/student-bundle.zip
+	$(RUN) $(GRADER) bundle --out build/student-bundle.zip
 
 # JupyterLab at the course root (nbgrader's extension reads ./nbgrader_config.py there) with the
-# course kernel; raydata_course.jupyter holds the command line. ARGS="--port 8899 --no-browser".
+# course kernel; raydata_grader.formgrader holds the command line. ARGS="--port 8899 --no-browser".
 jupyter: $(STAMP)
-	$(BIN)/python -m raydata_course.jupyter $(ARGS)
+	$(GRADER) jupyter $(if $(GRADING),--grading $(GRADING),) $(ARGS)
 
 lock:
 	rm -rf build/lock-venv && $(PYTHON) -m venv build/lock-venv

@@ -12,7 +12,8 @@ filled, so formgrader shows those submissions and scores.
 import os
 from pathlib import Path
 
-from raydata_course.jupyter import GRADING_DIR_ENV, VALIDATE_KERNEL_ARGUMENTS
+from raydata_course.jupyter import VALIDATE_KERNEL_ARGUMENTS
+from raydata_course.layout import GRADING_DIR_ENV
 
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
 

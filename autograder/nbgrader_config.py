@@ -1,8 +1,9 @@
 """nbgrader configuration for the Streaming Ray Data course.
 
 `solutions/` is nbgrader's *source* and `exercises/` its *release*; the course root is the
-folder above this file. Tools load this file through `raydata_course.grading.nbgrader_config`,
-which can re-root it at a scratch course folder for tests and grading runs.
+folder above this file. Tools load this file through `raydata_grader.course_dir.nbgrader_config`,
+which can re-root it at a scratch course folder for tests and grading runs. The course's own
+preprocessors are in `raydata_grader.nbgrader_steps`.
 """
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from raydata_course.grading import RejectGraderAccess, StderrToStdout
+from raydata_course.layout import GRADER_CELL_TIMEOUT_S, KERNEL_NAME
+from raydata_grader.nbgrader_steps import HideHiddenTests, RejectGraderAccess, StderrToStdout
 
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
 
@@ -33,15 +35,15 @@ c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
 # default) interrupts correct work; 180 s per cell still ends an infinite loop. In 0.9.6 the
 # trait lives on nbgrader's `Execute` preprocessor (a subclass of nbconvert's
 # ExecutePreprocessor); tests/test_environment.py checks that this value takes effect.
-c.Execute.timeout = 180
+c.Execute.timeout = GRADER_CELL_TIMEOUT_S
 # nbclient waits only 4 s (its default) for a cell's last output after the cell finished, and
 # then fails the whole notebook ("Timeout waiting for IOPub output"); a busy 2-core machine
 # can take longer than that to flush a cell's output.
 c.Execute.iopub_timeout = 60
 # Submissions arrive with whatever kernel name the student's Jupyter wrote. Always grade in
 # the course's own kernel, the virtual environment with ray==2.60.0.
-c.Execute.kernel_name = "raydata-course"
-c.ExecutePreprocessor.kernel_name = "raydata-course"
+c.Execute.kernel_name = KERNEL_NAME
+c.ExecutePreprocessor.kernel_name = KERNEL_NAME
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
@@ -70,7 +72,5 @@ c.Autograde.autograde_preprocessors = [
 # `nbgrader generate_feedback` by hand is as safe as `make grade`.
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import GetGrades  # noqa: E402
-
-from raydata_course.classroom.preprocessors import HideHiddenTests  # noqa: E402
 
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]

@@ -10,11 +10,12 @@ import time
 
 import pytest
 
-from raydata_course.cluster import TEMP_ROOT_ENV, ray_processes
+from raydata_course.cluster import ray_processes
+from raydata_course.layout import HEADLESS_ENV, TEMP_ROOT_ENV
 
 SESSION_TEMP_ROOT = f"/tmp/rdc-t{os.getpid()}"
 os.environ[TEMP_ROOT_ENV] = SESSION_TEMP_ROOT
-os.environ["RAYDATA_COURSE_HEADLESS"] = "1"
+os.environ[HEADLESS_ENV] = "1"
 os.environ.pop("RAY_ADDRESS", None)
 
 

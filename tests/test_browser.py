@@ -3,7 +3,7 @@
 A quick test loads the configuration the way nbgrader's formgrader and Validate handlers do
 when JupyterLab runs at the course root (``make jupyter``). The browser test walks both
 audiences through nbgrader's JupyterLab extension on a temporary copy of the course, served
-by the same command line as ``make jupyter`` (``raydata_course.jupyter``) on a loopback port
+by the same command line as ``make jupyter`` (``raydata_course.jupyter.lab_command``) on a loopback port
 with a token:
 
 1. student: open ``exercises/data02/data02.ipynb``, Run All Cells, press **Validate**: the
@@ -33,15 +33,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from raydata_course import grading
-from raydata_course.cluster import TEMP_ROOT_ENV
-from raydata_course.jupyter import (
-    GRADING_DIR_ENV,
-    VALIDATE_KERNEL_ARGUMENTS,
-    LabServer,
-    LabServerError,
-    lab_environment,
-)
+from support.lab_server import LabServer, LabServerError
+
+from raydata_course.jupyter import VALIDATE_KERNEL_ARGUMENTS, lab_environment
+from raydata_course.layout import GRADING_DIR_ENV, KERNEL_NAME, ORACLES_ENV, TEMP_ROOT_ENV
+from raydata_grader.answers import reference_submission
+from raydata_grader.course_dir import autograde, plant_submission, release
+from raydata_grader.paths import release_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "build" / "browser"
@@ -82,7 +80,7 @@ def test_nbgrader_extension_finds_the_course_from_the_course_root(monkeypatch):
 
     validate = ValidateAssignmentHandler.load_config(None)  # the Validate button's loader
     execute = Execute(parent=Validator(config=validate))
-    assert execute.kernel_name == grading.KERNEL_NAME
+    assert execute.kernel_name == KERNEL_NAME
     assert execute.extra_arguments == VALIDATE_KERNEL_ARGUMENTS
     # Only Validate's kernels get those arguments; grading keeps nbgrader's defaults.
     assert Execute(config=validate).extra_arguments == []
@@ -101,7 +99,7 @@ def course(tmp_path_factory, ray_cluster):
     """A temporary course with the assignment released and two autograded submissions.
 
     ``reference`` (the reference answers) and ``blank`` (the release as is) go through the
-    command-line workflow's API (``raydata_course.grading``) into the course's gradebook,
+    command-line workflow's API (``raydata_grader.course_dir``) into the course's gradebook,
     on the session's shared Ray cluster. Returns ``(folder, {student: SubmissionScore})``.
     """
     folder = tmp_path_factory.mktemp("browser") / "course"
@@ -111,17 +109,17 @@ def course(tmp_path_factory, ray_cluster):
         (shutil.copytree if src.is_dir() else shutil.copyfile)(src, folder / name)
     # generate_assignment records the assignment and its source cells in the gradebook, which
     # autograde needs; then put the committed release back, so the student opens exactly it.
-    grading.release((ASSIGNMENT,), course_dir=folder)
+    release((ASSIGNMENT,), course_dir=folder)
     shutil.rmtree(folder / "exercises")
     shutil.copytree(ROOT / "exercises", folder / "exercises")
-    release = grading.release_notebook(ASSIGNMENT, folder)
+    released = release_notebook(ASSIGNMENT, folder)
     scores = {}
     for student, notebook in (
-        ("reference", grading.reference_submission(ASSIGNMENT, release)),
-        ("blank", nbformat.read(release, as_version=4)),
+        ("reference", reference_submission(ASSIGNMENT, released)),
+        ("blank", nbformat.read(released, as_version=4)),
     ):
-        grading.plant_submission(folder, ASSIGNMENT, student, notebook)
-        score = grading.autograde(folder, ASSIGNMENT, student, env={"RAY_ADDRESS": ray_cluster.address})
+        plant_submission(folder, ASSIGNMENT, student, notebook)
+        score = autograde(folder, ASSIGNMENT, student, env={"RAY_ADDRESS": ray_cluster.address})
         assert score.success, f"autograde of {student} failed:\n{score.log[-3000:]}"
         scores[student] = score
     assert scores["reference"].score == scores["reference"].max_score > 0
@@ -137,7 +135,7 @@ def _server_environment(course_dir: Path, home: Path) -> dict[str, str]:
     """
     assert os.environ.get(TEMP_ROOT_ENV), "conftest.py sets the session's Ray temp root"
     env = lab_environment()
-    for name in (grading.ORACLES_ENV, "RAY_ADDRESS"):
+    for name in (ORACLES_ENV, "RAY_ADDRESS"):
         env.pop(name, None)
     settings = home / "lab-settings"
     notification = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
@@ -212,7 +210,7 @@ def _wait_kernel_idle(page, timeout_ms: int) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator("#jp-main-statusbar")).to_contain_text(
-        f"({grading.KERNEL_NAME}) | Idle", timeout=timeout_ms
+        f"({KERNEL_NAME}) | Idle", timeout=timeout_ms
     )
 
 
@@ -318,7 +316,7 @@ def test_validate_and_formgrader_in_jupyterlab(course, tmp_path):
             # -- student: the reference answers ---------------------------------------------
             with steps("fill_answers"):
                 # The committed release with the reference answers (no outputs of the blank run).
-                answered = grading.reference_submission(ASSIGNMENT, ROOT / notebook_path)
+                answered = reference_submission(ASSIGNMENT, ROOT / notebook_path)
                 server.api("PUT", f"api/contents/{notebook_path}",
                            {"type": "notebook", "format": "json", "content": answered})
                 _run_menu(page, "File", "Reload Notebook from Disk")

@@ -25,16 +25,23 @@ import nbformat
 import psutil
 import pytest
 
-from raydata_course import grading
-from raydata_course.bundle import GRADER_ONLY, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
+from support.tables import markdown_rows
+
 from raydata_course.classroom import self_check
-from raydata_course.classroom.grade import GradeOptions, Row, collect_submissions, grade_class, summary_markdown
 from raydata_course.classroom.lint import lint_notebook
-from raydata_course.classroom.preprocessors import PROGRESS_ENV
-from raydata_course.classroom.sandbox import run_limited
+from raydata_course.layout import KERNEL_NAME, ORACLES_ENV, PROGRESS_ENV
+from raydata_course.units import GiB
+from raydata_grader.answers import fill_answers, reference_submission
+from raydata_grader.bundle import PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
+from raydata_grader.grade import GradeOptions, grade_class
+from raydata_grader.intake import choose, collect_submissions
+from raydata_grader.outcome import classify
+from raydata_grader.paths import ASSIGNMENTS, release_notebook
+from raydata_grader.records import Row
+from raydata_grader.sandbox import RunOutcome, run_limited
+from raydata_grader.summary import summary_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
-GiB = 1024**3
 
 
 def _load_fixtures():
@@ -54,14 +61,12 @@ def fixture_class(tmp_path_factory):
 
 
 def _release(assignment):
-    return nbformat.read(grading.release_notebook(assignment), as_version=4)
+    return nbformat.read(release_notebook(assignment), as_version=4)
 
 
 def _submitted(folder: Path, student: str, assignment: str) -> bytes:
-    found, *_ = collect_submissions(folder, grading.ASSIGNMENTS)
-    from raydata_course.classroom.grade import _choose
-
-    return _choose(found[(student, assignment)])[0].data
+    found, *_ = collect_submissions(folder, ASSIGNMENTS)
+    return choose(found[(student, assignment)])[0].data
 
 
 # ------------------------------------------------------------------- lint and repair
@@ -77,7 +82,7 @@ def test_lint_status_of_each_fixture(fixture_class, case):
         ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in result.notebook.cells]
         release_ids = [c.metadata["nbgrader"]["grade_id"] for c in _release(case.assignment).cells]
         assert [i for i in ids if i] == release_ids, "the repaired notebook must have the release's cells, in order, once"
-        assert result.notebook.metadata["kernelspec"]["name"] == grading.KERNEL_NAME
+        assert result.notebook.metadata["kernelspec"]["name"] == KERNEL_NAME
         nbformat.validate(result.notebook)
 
 
@@ -105,7 +110,7 @@ def test_lint_restores_deleted_and_tampered_cells_from_the_release(fixture_class
 
 def test_lint_deleted_answer_cell_comes_back_empty():
     release = _release("data02")
-    nb = grading.reference_submission("data02")
+    nb = reference_submission("data02")
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "standardize_answer")
     nb.cells.remove(answer)
     nb.cells.insert(2, nbformat.v4.new_code_cell(answer.source))  # the student's code, moved to a cell of their own
@@ -122,12 +127,10 @@ def test_lint_rejects_a_notebook_that_is_not_the_exercise():
 
 
 def test_collect_handles_zips_resubmissions_and_empty_folders(fixture_class):
-    found, students, empty, notes = collect_submissions(fixture_class, grading.ASSIGNMENTS)
+    found, students, empty, notes = collect_submissions(fixture_class, ASSIGNMENTS)
     assert students == {c.student for c in fixtures.CASES}
     assert len(found[("quinn", "data02")]) == 2 and ("ben", "data02") in found
-    from raydata_course.classroom.grade import _choose
-
-    chosen, note = _choose(found[("quinn", "data02")])
+    chosen, note = choose(found[("quinn", "data02")])
     assert chosen.origin.endswith("quinn-resubmitted.zip!quinn/data02/data02.ipynb") and "2 submissions found" in note
     assert empty[("lea", "data02")] == "the data02 folder holds no .ipynb file (only notes.txt)"
 
@@ -168,10 +171,12 @@ def test_summary_lists_averages_failed_parts_and_students_to_look_at():
                              cells={"p_visible": [1, 1], "p_hidden": [0, 2]}),
         ("c", "data02"): Row("c", "data02", 0, 12, "missing", "no submission for data02"),
     }
-    text = summary_markdown(rows)
-    assert "| data02 | 2/3 | 54% | 36% |" in text
-    assert "| data02 | p_hidden | 1 | 2 |" in text
-    assert "| b | data02 | timeout |" in text and "| c | data02 | missing |" in text and "| a |" not in text
+    table = markdown_rows(summary_markdown(rows))
+    assert ["data02", "2/3", "54%", "36%", "graded 1, timeout 1, missing 1"] in table
+    assert ["data02", "p_hidden", "1", "2"] in table
+    attention = [r[:3] for r in table if len(r) == 5 and r[1] == "data02"]
+    assert ["b", "data02", "timeout"] in attention and ["c", "data02", "missing"] in attention
+    assert not [r for r in attention if r[0] == "a"]
 
 
 # --------------------------------------------------------------------- hidden tests
@@ -189,15 +194,15 @@ def test_student_bundle_holds_no_grader_material(tmp_path):
     assert audit_bundle(path, ROOT) == []
     with zipfile.ZipFile(path) as z:
         names = {n.split("/", 1)[1] for n in z.namelist()}
-        grading_edition = z.read("streaming-ray-data/src/raydata_course/grading.py").decode()
     assert {"README.md", "Makefile", "requirements.txt", "requirements-lock.txt", "pyproject.toml"} <= names
     released = {p.relative_to(ROOT).as_posix() for p in (ROOT / "exercises").glob("*/*.ipynb")}
     assert released and released <= names and {f".pristine/{r}" for r in released} <= names
     assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "chapters").glob("*.ipynb")} <= names
-    assert "src/raydata_course/classroom/selfcheck.py" in names and "src/raydata_course/classroom/lint.py" in names
+    # the whole student package, by construction, and nothing of the grader's
+    package = {p.relative_to(ROOT).as_posix() for p in (ROOT / PACKAGE).rglob("*.py")}
+    assert package and package <= names
     assert not [n for n in names if n.split("/")[0] in ("solutions", "autograder", "tests")]
-    assert not [m for m in GRADER_ONLY if m != "grading.py" and f"src/raydata_course/{m}" in names]
-    assert "hidden_check" not in grading_edition and "def course_root" in grading_edition
+    assert not [n for n in names if "raydata_grader" in n]
     # every raydata_course module a bundled notebook imports is in the bundle
     import ast
 
@@ -225,7 +230,10 @@ def test_student_bundle_holds_no_grader_material(tmp_path):
         for item in src.infolist():
             dst.writestr(item, src.read(item))
         dst.write(ROOT / "autograder" / "oracles" / "data01.py", "streaming-ray-data/src/raydata_course/oracle_copy.py")
-    assert any("oracles:" in leak for leak in audit_bundle(leaky, ROOT))
+        dst.writestr("streaming-ray-data/src/raydata_course/needs_grader.py", "import raydata_grader.hidden\n")
+    leaks = audit_bundle(leaky, ROOT)
+    assert any("oracles:" in leak for leak in leaks)
+    assert "src/raydata_course/needs_grader.py: imports the grader (raydata_grader)" in leaks
 
 
 # ------------------------------------------------------------------------ self-check
@@ -233,15 +241,16 @@ def test_student_bundle_holds_no_grader_material(tmp_path):
 
 def test_self_check_reports_structure_without_running(tmp_path, fixture_class):
     course = tmp_path / "course"
+    (course / "chapters").mkdir(parents=True)
     (course / "exercises" / "data02").mkdir(parents=True)
     (course / ".pristine" / "exercises" / "data02").mkdir(parents=True)
-    (course / ".pristine" / "exercises" / "data02" / "data02.ipynb").write_bytes(grading.release_notebook("data02").read_bytes())
+    (course / ".pristine" / "exercises" / "data02" / "data02.ipynb").write_bytes(release_notebook("data02").read_bytes())
     mine = course / "exercises" / "data02" / "data02.ipynb"
     mine.write_bytes(_submitted(fixture_class, "dan", "data02"))
     report = self_check(notebook=mine, run=False, verbose=False)
     assert not report.ok and sum("was deleted" in s for s in report.structure) == 2
     assert set(report.hidden) == {"phenol_ratio_hidden", "standardize_hidden", "add_bands_hidden", "long_format_hidden"}
-    mine.write_bytes(grading.release_notebook("data02").read_bytes())
+    mine.write_bytes(release_notebook("data02").read_bytes())
     report = self_check(notebook=mine, run=False, verbose=False)
     assert report.structure == [] and len(report.unanswered) == 4
 
@@ -249,9 +258,9 @@ def test_self_check_reports_structure_without_running(tmp_path, fixture_class):
 @pytest.mark.slow
 def test_self_check_runs_visible_tests_only(tmp_path, ray_cluster, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
-    monkeypatch.delenv(grading.ORACLES_ENV, raising=False)
-    nb = grading.fill_answers(grading.reference_submission("data02"),
-                              {"add_bands_answer": "def add_bands(ds):\n    return ds\n"})
+    monkeypatch.delenv(ORACLES_ENV, raising=False)
+    nb = fill_answers(reference_submission("data02"),
+                      {"add_bands_answer": "def add_bands(ds):\n    return ds\n"})
     mine = tmp_path / "data02.ipynb"
     nbformat.write(nb, mine)
     report = self_check("data02", notebook=mine, verbose=False)
@@ -341,9 +350,10 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     assert "was edited" in (out / "repairs" / "fay.md").read_text()
 
     # the summary names the class average, the most-failed parts and who needs attention
-    summary = (out / "summary.md").read_text()
-    assert "| data02 |" in summary and "phenol_ratio_hidden" in summary
-    assert all(f"| {s} | data02 |" in summary for s in ("cai", "ivy", "jon", "kim", "lea", "oli", "pam"))
+    summary = markdown_rows((out / "summary.md").read_text())
+    assert any(r[0] == "data02" for r in summary) and any("phenol_ratio_hidden" in r for r in summary)
+    attention = {r[0] for r in summary if len(r) == 5 and r[1] == "data02"}
+    assert {"cai", "ivy", "jon", "kim", "lea", "oli", "pam"} <= attention
 
     # re-run: nothing is graded again, nothing is duplicated or lost
     before = (out / "grades.csv").read_text()
@@ -393,8 +403,6 @@ def test_grade_with_a_fresh_ray_runtime_per_notebook(fixture_class, tmp_path):
 
 
 def test_classify_every_outcome():
-    from raydata_course.classroom.grade import _classify
-    from raydata_course.classroom.sandbox import RunOutcome
 
     options = GradeOptions(cell_timeout_s=15, notebook_timeout_s=100, memory_bytes=4 * GiB)
     ok = RunOutcome(0, 10.0, None, GiB, 0)
@@ -405,23 +413,23 @@ def test_classify_every_outcome():
                 "errors": [{"index": i, "grade_id": g, "ename": e, "evalue": ""} for i, g, e in errors]}
 
     where = {"index": 3, "grade_id": "a_answer"}
-    assert _classify(result(), ok, None, options)[:2] == ("graded", 1.0)
-    assert "lost points in a_hidden" in _classify(result(), ok, None, options)[3]
-    status, score, _, msgs = _classify(result((3, "a_answer", "CellTimeoutError")), ok, where, options)
+    assert classify(result(), ok, None, options)[:2] == ("graded", 1.0)
+    assert "lost points in a_hidden" in classify(result(), ok, None, options)[3]
+    status, score, _, msgs = classify(result((3, "a_answer", "CellTimeoutError")), ok, where, options)
     assert (status, score) == ("timeout", 1.0) and "a_answer ran past the per-cell limit of 15 s" in msgs[0]
-    status, _, _, msgs = _classify(result((3, "a_answer", "MemoryError")), ok, where, options)
+    status, _, _, msgs = classify(result((3, "a_answer", "MemoryError")), ok, where, options)
     assert status == "crashed" and "ran out of memory" in msgs[0]
-    status, _, _, msgs = _classify(result((1, "setup", "Exception")), ok, where, options, frozenset({"setup"}))
+    status, _, _, msgs = classify(result((1, "setup", "Exception")), ok, where, options, frozenset({"setup"}))
     assert status == "crashed" and "instructor's cell 'setup' failed" in msgs[0]
     died = result(success=False, log="nbclient.exceptions.DeadKernelError: Kernel died")
     just_started = {**where, "started_s": 1000.0}
-    status, score, _, msgs = _classify(died, RunOutcome(0, 10.0, None, GiB, 0, ended_s=1005.0), just_started, options)
+    status, score, _, msgs = classify(died, RunOutcome(0, 10.0, None, GiB, 0, ended_s=1005.0), just_started, options)
     assert (status, score) == ("crashed", 0.0) and "kernel died while running cell 'a_answer'" in msgs[0]
     # died after running past the 15 s per-cell limit: the interrupt took the kernel down
-    status, score, _, msgs = _classify(died, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1016.0), just_started, options)
+    status, score, _, msgs = classify(died, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1016.0), just_started, options)
     assert (status, score) == ("timeout", 0.0) and "cell 'a_answer' ran past the per-cell limit of 15 s" in msgs[0]
     assert "died when it was interrupted" in msgs[0]
-    status, score, _, msgs = _classify(None, RunOutcome(-9, 100.0, "timeout", GiB, 3), where, options)
+    status, score, _, msgs = classify(None, RunOutcome(-9, 100.0, "timeout", GiB, 3), where, options)
     assert (status, score) == ("timeout", 0.0) and "per-notebook limit of 100 s" in msgs[0]
-    status, score, _, msgs = _classify(None, RunOutcome(-9, 5.0, "memory", 5 * GiB, 3), where, options)
+    status, score, _, msgs = classify(None, RunOutcome(-9, 5.0, "memory", 5 * GiB, 3), where, options)
     assert (status, score) == ("crashed", 0.0) and "over the memory limit of 4.0 GiB" in msgs[0]

@@ -66,11 +66,13 @@ def test_nbgrader_config_takes_effect():
     """C21: the per-cell timeout must reach the Execute preprocessor nbgrader 0.9.6 uses."""
     from nbgrader.preprocessors import Execute
 
-    from raydata_course.grading import KERNEL_NAME, RejectGraderAccess, StderrToStdout, nbgrader_config
+    from raydata_course.layout import GRADER_CELL_TIMEOUT_S, KERNEL_NAME
+    from raydata_grader.course_dir import nbgrader_config
+    from raydata_grader.nbgrader_steps import RejectGraderAccess, StderrToStdout
 
     config = nbgrader_config()
     execute = Execute(config=config)
-    assert execute.timeout == 180
+    assert execute.timeout == GRADER_CELL_TIMEOUT_S == 180
     assert execute.kernel_name == KERNEL_NAME
     assert config.CourseDirectory.source_directory == "solutions"
     assert config.CourseDirectory.release_directory == "exercises"
@@ -82,7 +84,7 @@ def test_nbgrader_config_takes_effect():
 def test_course_kernel_is_registered_in_the_venv():
     from jupyter_client.kernelspec import KernelSpecManager
 
-    from raydata_course.grading import KERNEL_NAME
+    from raydata_course.layout import KERNEL_NAME
 
     spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
     assert Path(spec.argv[0]).resolve() == Path(sys.executable).resolve(), (

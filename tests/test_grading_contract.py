@@ -6,7 +6,7 @@
   cells it names, passes the others, and so scores below full marks.
 
 Mutants that cannot reach each other's grade cells share one graded notebook
-(``grading.mutant_groups``: their answer cells only define things, and they change parts
+(``raydata_grader.mutants.mutant_groups``: their answer cells only define things, and they change parts
 that no name links); that notebook must fail exactly the union of their cells. The others
 are graded alone. Graded kernels connect to the session's shared cluster (RAY_ADDRESS) to
 save a cluster start per notebook.
@@ -17,7 +17,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from raydata_course import grading
+from raydata_grader.answers import reference_submission
+from raydata_grader.course_dir import autograde, plant_submission, prepare_course_dir
+from raydata_grader.mutants import load_mutants, mutant_groups, mutant_submission, part_components, part_of
+from raydata_grader.paths import ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -25,21 +28,21 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def course_dir(tmp_path_factory):
-    return grading.prepare_course_dir(tmp_path_factory.mktemp("course"))
+    return prepare_course_dir(tmp_path_factory.mktemp("course"))
 
 
 def _grade(course_dir, ray_cluster, assignment, student, notebook):
-    grading.plant_submission(course_dir, assignment, student, notebook)
-    score = grading.autograde(course_dir, assignment, student, env={"RAY_ADDRESS": ray_cluster.address})
+    plant_submission(course_dir, assignment, student, notebook)
+    score = autograde(course_dir, assignment, student, env={"RAY_ADDRESS": ray_cluster.address})
     assert score.success, f"autograde failed for {student}:\n{score.log[-3000:]}"
     return score
 
 
 def _cases():
-    for assignment in grading.ASSIGNMENTS:
+    for assignment in ASSIGNMENTS:
         yield pytest.param(assignment, None, id=f"{assignment}-reference")
         yield pytest.param(assignment, "blank", id=f"{assignment}-blank")
-        for group in grading.mutant_groups(assignment, grading.load_mutants(assignment, ROOT), ROOT):
+        for group in mutant_groups(assignment, load_mutants(assignment, ROOT), ROOT):
             yield pytest.param(assignment, group, id=f"{assignment}-{'+'.join(m.name for m in group)}")
 
 
@@ -48,7 +51,7 @@ def test_grading_contract(course_dir, ray_cluster, assignment, case):
     release = course_dir / "exercises" / assignment / f"{assignment}.ipynb"
     if case is None:
         score = _grade(course_dir, ray_cluster, assignment, "reference",
-                       grading.reference_submission(assignment, release))
+                       reference_submission(assignment, release))
         assert score.max_score > 0
         assert score.score == score.max_score, f"reference solution lost points: {score.cells}"
     elif case == "blank":
@@ -57,7 +60,7 @@ def test_grading_contract(course_dir, ray_cluster, assignment, case):
     else:
         name = "+".join(m.name for m in case)
         score = _grade(course_dir, ray_cluster, assignment, name.replace("+", "-"),
-                       grading.mutant_submission(assignment, case, release))
+                       mutant_submission(assignment, case, release))
         failed = {cell for cell, (s, m) in score.cells.items() if s == 0}
         partial = {cell for cell, (s, m) in score.cells.items() if 0 < s < m}
         assert not partial, f"{name}: partial grades {partial}"
@@ -72,18 +75,18 @@ def test_grading_contract(course_dir, ray_cluster, assignment, case):
 
 def test_mutant_groups_keep_coupled_parts_and_side_effects_apart():
     """What lets mutants share a notebook, on the real exercises."""
-    groups = {a: grading.mutant_groups(a, grading.load_mutants(a, ROOT), ROOT) for a in grading.ASSIGNMENTS}
+    groups = {a: mutant_groups(a, load_mutants(a, ROOT), ROOT) for a in ASSIGNMENTS}
     for assignment, found in groups.items():
         names = [m.name for g in found for m in g]
-        assert sorted(names) == sorted(m.name for m in grading.load_mutants(assignment, ROOT))
+        assert sorted(names) == sorted(m.name for m in load_mutants(assignment, ROOT))
     # data01's parts test only their own function: mutants in one notebook fail disjoint parts
     for g in groups["data01"]:
-        parts = [{grading.part_of(c) for c in m.fails} for m in g]
+        parts = [{part_of(c) for c in m.fails} for m in g]
         assert len(set().union(*parts)) == sum(map(len, parts)), g
     assert max(map(len, groups["data01"])) > 1
     # the mutant that patches the grader at cell run time is graded alone
     assert ("m7_patch_grader",) in [tuple(m.name for m in g) for g in groups["data01"]]
     # data04's parts all meet in the measured pipeline: nothing is shared
     assert all(len(g) == 1 for g in groups["data04"])
-    components = grading.part_components("data03", ROOT)
+    components = part_components("data03", ROOT)
     assert components["predictor"] == components["predict_wine"] != components["evaluate"]

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from support.tables import markdown_rows
 
 from raydata_course.lab.buffer_model import (
     hidden_batches,
@@ -17,7 +18,7 @@ from raydata_course.lab.buffer_model import (
 )
 from raydata_course.lab.workload import ROW_BYTES, LabConfig, decode_and_augment, rows_for_batch_bytes
 
-MiB = 1024**2
+from raydata_course.units import MiB
 
 
 # ----------------------------------------------------------------------- buffer model
@@ -132,7 +133,7 @@ def test_photo_dataset_is_deterministic_and_decodes(tmp_path):
 def test_plasma_sampler_counts_a_block_pinned_only_by_a_view(ray_cluster):
     import ray
 
-    from raydata_course.lab.probes import PlasmaSampler
+    from raydata_course.measure import PlasmaSampler
 
     sampler = PlasmaSampler(min_object_bytes=MiB)
     ref = ray.put(np.ones(16 * MiB, dtype=np.uint8))
@@ -150,7 +151,7 @@ def test_plasma_sampler_counts_a_block_pinned_only_by_a_view(ray_cluster):
 
 
 def test_plasma_sampler_skips_a_failed_reading_and_keeps_sampling(ray_cluster, monkeypatch):
-    from raydata_course.lab.probes import PlasmaSampler
+    from raydata_course.measure import PlasmaSampler
 
     sampler = PlasmaSampler(interval_s=0.02, classify_every=0)
     real, calls = sampler.sample, []
@@ -174,9 +175,10 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     import ray
     import ray.data
 
-    from raydata_course.lab.probes import RayDataProbe, start_recorder
+    from raydata_course.measure.raydata import RayDataProbe, start_recorder
 
     recorder = start_recorder()
+    RayDataProbe.reset()
     ray.get(recorder.drain.remote())
     ctx = ray.data.DataContext.get_current()
     ctx.custom_execution_callback_classes.append(RayDataProbe)
@@ -198,10 +200,14 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     assert len(samples) >= 3
     assert max(s["usage_bytes"] for s in samples) > 0
     assert {s["limit_bytes"] for s in samples if s["limit_bytes"] > 0} == {64 * MiB}
+    # the same samples stay in the process that took them (the executor ran here)
+    local = RayDataProbe.samples()
+    assert len(local) >= len(samples) and {s.limit_bytes for s in local if s.limit_bytes > 0} == {64 * MiB}
+    assert "MapBatches(slow)" in RayDataProbe.operators()[-1]
 
 
 def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223):
-    from raydata_course.lab.run import RunResult
+    from raydata_course.lab.session import RunResult
 
     return RunResult(
         variant=variant, repeat=0, config={"step_delay_s": delay, "consumers": consumers, "batch_rows": batch_rows},
@@ -214,7 +220,7 @@ def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers
 
 
 def test_push_targets_use_budget_plus_one_block_per_consumer_and_throughput_ratios():
-    from raydata_course.lab.run import format_push_targets, push_targets
+    from raydata_course.lab.report import format_push_targets, push_targets
 
     block_mib = 223 * ROW_BYTES / MiB  # 32.015 MiB
     runs = [_result("train-slow", peak_mib=500), _result("train-slow-push", peak_mib=256 + 2 * block_mib),
@@ -228,13 +234,13 @@ def test_push_targets_use_budget_plus_one_block_per_consumer_and_throughput_rati
     assert not checks[("train-fast", "push / pull throughput, mid-run")]["met"]  # 0.917
     over = push_targets([_result("train-slow", peak_mib=300), _result("train-slow-push", peak_mib=256 + 2 * block_mib + 1)])
     assert [c["met"] for c in over] == [False, False]
-    table = format_push_targets(over)
-    assert table.count("| NO |") == 2 and "<= 320.03" in table
+    table = markdown_rows(format_push_targets(over))
+    assert [r[-1] for r in table[1:]] == ["NO", "NO"] and table[1][3] == "<= 320.03"
     assert push_targets([_result("driver-slow", peak_mib=400)]) == [] and format_push_targets([]) == ""
 
 
 def test_quick_check_names_each_thing_the_quick_lab_did_not_reproduce():
-    from raydata_course.lab.run import quick_check
+    from raydata_course.lab.report import quick_check
 
     good = {"variant": "train-slow", "step_delay_s": 0.25, "overage_bytes": 200 * MiB, "peak_bytes_median": 456 * MiB,
             "budget_bytes": 256 * MiB, "hidden_batches_per_consumer": 5.0, "hidden_range_batches": [5, 8],
@@ -252,7 +258,7 @@ def test_quick_check_names_each_thing_the_quick_lab_did_not_reproduce():
 
 
 def test_results_round_trip_through_results_json(tmp_path):
-    from raydata_course.lab.run import load_results, save_results
+    from raydata_course.lab.report import load_results, save_results
 
     runs = [_result("train-slow", peak_mib=500), _result("train-slow-push", peak_mib=300)]
     path = save_results(runs, [], tmp_path, {"ray_version": "x"})
@@ -270,7 +276,7 @@ def test_quick_lab_reproduces_the_overage(tmp_path):
     """`make lab QUICK=1` through its command line, for the driver variant: the slow consumer
     exceeds its budget by hidden batches that the 2.60 buffer model predicts (`quick_check`).
     Chapter 06 runs the same check on the driver and the Ray Train variants."""
-    from raydata_course.lab.run import quick_check
+    from raydata_course.lab.report import quick_check
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run([sys.executable, "-m", "raydata_course.lab", "--quick", "--variants", "driver-slow",

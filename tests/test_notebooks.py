@@ -9,9 +9,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from raydata_course.course import chapter_notebooks
-from raydata_course.grading import KERNEL_NAME
+from raydata_course.layout import KERNEL_NAME
 from raydata_course.notebooks import execute_notebook, is_stripped
+from raydata_grader.course_run import chapter_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 # Committed notebooks, plus new ones not yet committed (but never ignored paths like .venv),

@@ -1,4 +1,4 @@
-"""Unit tests of the support package."""
+"""Unit tests of the student package, and of the grader's helpers that need no notebook run."""
 
 import os
 import subprocess
@@ -8,11 +8,11 @@ import nbformat
 import pytest
 
 import raydata_course as rc
-from raydata_course import cluster, grading
+from raydata_course import cluster, layout
 from raydata_course.data import load_digits_table, load_wine_table, write_parquet_files
 from raydata_course.notebooks import is_stripped, strip_outputs
-
-MiB = 1024**2
+from raydata_course.units import MiB
+from raydata_grader import answers, hidden, mutants, paths
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -21,7 +21,7 @@ MiB = 1024**2
 def test_import_has_no_side_effects():
     code = (
         "import sys, os; before = set(os.listdir('.'));"
-        "import raydata_course, raydata_course.cluster, raydata_course.data, raydata_course.grading;"
+        "import raydata_course, raydata_course.cluster, raydata_course.data, raydata_course.layout;"
         "assert 'ray' not in sys.modules or not __import__('ray').is_initialized();"
         "assert set(os.listdir('.')) == before; print('clean')"
     )
@@ -67,7 +67,7 @@ def test_sizes_must_be_positive():
 
 
 def test_is_interactive_honours_headless(monkeypatch):
-    monkeypatch.setenv("RAYDATA_COURSE_HEADLESS", "1")
+    monkeypatch.setenv(layout.HEADLESS_ENV, "1")
     assert cluster.is_interactive() is False
 
 
@@ -77,7 +77,7 @@ def test_setup_describes_the_shared_cluster(ray_cluster):
     assert ray_cluster.num_cpus == 4
     assert ray_cluster.object_store_memory_bytes == 1024**3
     assert not ray_cluster.connected_to_existing
-    assert ray_cluster.temp_root == os.environ[cluster.TEMP_ROOT_ENV]
+    assert ray_cluster.temp_root == os.environ[layout.TEMP_ROOT_ENV]
     assert ray.data.DataContext.get_current().enable_progress_bars is False
     assert "Ray 2.60.0" in str(ray_cluster)
     assert cluster.ray_processes(), "the running cluster's processes should be found"
@@ -104,7 +104,7 @@ def test_object_store_stats_sees_a_put(ray_cluster):
     import numpy as np
     import ray
 
-    from raydata_course.memory import object_store_stats
+    from raydata_course.measure import object_store_stats
 
     before = object_store_stats()
     ref = ray.put(np.zeros(16 * MiB, dtype=np.uint8))
@@ -151,14 +151,10 @@ def test_write_parquet_files_refuses_to_mix_with_old_files(tmp_path):
 # ----------------------------------------------------------------------------- grading
 
 
-def test_cluster_knows_the_graders_environment_variable():
-    assert cluster.GRADER_ORACLES_ENV == grading.ORACLES_ENV
-
-
 def test_hidden_check_outside_the_grader_says_so(monkeypatch):
-    monkeypatch.delenv(grading.ORACLES_ENV, raising=False)
-    with pytest.raises(grading.HiddenOraclesUnavailable, match="run only in the course's grader"):
-        grading.hidden_check("data01", "check_make_blocks", lambda *a: None)
+    monkeypatch.delenv(layout.ORACLES_ENV, raising=False)
+    with pytest.raises(hidden.HiddenOraclesUnavailable, match="run only in the course's grader"):
+        hidden.hidden_check("data01", "check_make_blocks", lambda *a: None)
 
 
 def test_hidden_check_reports_the_message_without_oracle_source(monkeypatch, tmp_path):
@@ -169,41 +165,41 @@ def test_hidden_check_reports_the_message_without_oracle_source(monkeypatch, tmp
         "def check_raises(fn):\n"
         "    fn(SECRET)\n"
     )
-    monkeypatch.setenv(grading.ORACLES_ENV, str(tmp_path))
-    grading.hidden_check("demo", "check_answer", lambda x: x + 1)
+    monkeypatch.setenv(layout.ORACLES_ENV, str(tmp_path))
+    hidden.hidden_check("demo", "check_answer", lambda x: x + 1)
     with pytest.raises(AssertionError) as info:
-        grading.hidden_check("demo", "check_answer", lambda x: x)
+        hidden.hidden_check("demo", "check_answer", lambda x: x)
     assert str(info.value) == "On a larger input, the answer is off by one."
     assert info.value.__cause__ is None and info.value.__suppress_context__
     with pytest.raises(AssertionError, match="your code raised ZeroDivisionError"):
-        grading.hidden_check("demo", "check_raises", lambda x: x / 0)
+        hidden.hidden_check("demo", "check_raises", lambda x: x / 0)
 
 
 def test_reference_answers_strip_the_markers():
-    answers = grading.reference_answers("data01")
-    assert set(answers) == {"block_row_counts_answer", "make_blocks_answer", "write_files_answer", "first_rows_by_answer"}
-    assert all("### BEGIN SOLUTION" not in a and "### END SOLUTION" not in a for a in answers.values())
-    assert "repartition" in answers["make_blocks_answer"]
+    found = answers.reference_answers("data01")
+    assert set(found) == {"block_row_counts_answer", "make_blocks_answer", "write_files_answer", "first_rows_by_answer"}
+    assert all("### BEGIN SOLUTION" not in a and "### END SOLUTION" not in a for a in found.values())
+    assert "repartition" in found["make_blocks_answer"]
 
 
 def test_fill_answers_rejects_unknown_cells():
-    nb = nbformat.read(grading.release_notebook("data01"), as_version=4)
+    nb = nbformat.read(paths.release_notebook("data01"), as_version=4)
     with pytest.raises(KeyError, match="no answer cell with grade_id"):
-        grading.fill_answers(nb, {"nope": "x = 1"})
+        answers.fill_answers(nb, {"nope": "x = 1"})
 
 
 def test_mutant_fixtures_name_real_cells():
-    nb = nbformat.read(grading.source_notebook("data01"), as_version=4)
+    nb = nbformat.read(paths.source_notebook("data01"), as_version=4)
     grade_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    mutants = grading.load_mutants("data01")
-    assert len(mutants) >= 3
-    for m in mutants:
+    found = mutants.load_mutants("data01")
+    assert len(found) >= 3
+    for m in found:
         assert m.fails and m.fails <= grade_ids, f"{m.name}: FAILS must name grade cells"
         assert m.description, f"{m.name} needs a docstring saying which mistake it makes"
 
 
 def test_strip_outputs_keeps_nbgrader_metadata():
-    nb = nbformat.read(grading.source_notebook("data01"), as_version=4)
+    nb = nbformat.read(paths.source_notebook("data01"), as_version=4)
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x")]
     nb.cells[1].execution_count = 3
     stripped = strip_outputs(nb)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from raydata_course.push_split import CONSUMER_DEATH_TIMEOUT_S, PushSplitError, push_split
+from raydata_course.push_split.messages import Arrival, Delivery, RowRange
 
 ray = pytest.importorskip("ray")
 
@@ -165,7 +166,9 @@ def test_out_of_range_split_index_is_rejected(ray_cluster):
 
     splits = push_split(ray.data.range(10), 2)
     with pytest.raises(ValueError, match="split_idx must be between 0 and 1, got 2"):
-        ray.get(splits[0]._coord.start_epoch.remote(2, 10, None))
+        ray.get(splits[0]._coord.start_epoch.remote(2, Arrival(10)))
+    with pytest.raises(ValueError, match="Arrival with target_rows >= 1"):
+        ray.get(splits[0]._coord.start_epoch.remote(0, Arrival(0)))
     with pytest.raises(ValueError, match="split_idx must be between 0 and 1, got -1"):
         PushSplitIterator(splits[0]._coord, -1, 2, "k")
     with pytest.raises(ValueError, match="positive integer batch_size"):
@@ -215,12 +218,12 @@ def test_a_dead_consumer_fails_the_others_quickly(ray_cluster):
 def test_reports_late_duplicate_and_reordered(ray_cluster):
     """Direct protocol checks against the coordinator: deliveries reordered on arrival,
     duplicates and late reports ignored."""
-    from raydata_course.push_split import _Inbox
+    from raydata_course.push_split.inbox import Inbox
 
-    inbox = _Inbox()
+    inbox = Inbox()
     for seq in (2, 0, 2, 1, 0, 3):
-        inbox.put(seq, ("block", seq, 1, 1, None))
-    assert [item[0] for item in inbox.ready] == [0, 1, 2, 3]
+        inbox.put(Delivery(seq, "block", rows=1, size_bytes=1), block=seq)
+    assert [d.seq for d, block in inbox.ready] == [0, 1, 2, 3] == [block for _, block in inbox.ready]
     assert inbox.duplicates == 2 and inbox.max_reorder == 2
 
     ds = ray.data.range(40, override_num_blocks=4)
@@ -229,8 +232,8 @@ def test_reports_late_duplicate_and_reordered(ray_cluster):
     (out, _) = _run(splits, batch_size=10)
     assert sorted(out[0][0]) == list(range(40))
     before = ray.get(coord.debug_state.remote())
-    ray.get(coord.consumed.remote(0, 0, [(0, 0, 10)]))  # after the split finished
-    ray.get(coord.consumed.remote(-1, 0, [(0, 0, 10)]))  # another epoch
+    ray.get(coord.consumed.remote(0, 0, [RowRange(0, 0, 10)]))  # after the split finished
+    ray.get(coord.consumed.remote(-1, 0, [RowRange(0, 0, 10)]))  # another epoch
     after = ray.get(coord.debug_state.remote())
     assert after["splits"][0]["rows_consumed"] == before["splits"][0]["rows_consumed"]
     assert after["splits"][0]["ignored_reports"] == before["splits"][0]["ignored_reports"] + 1
@@ -244,7 +247,7 @@ def test_torch_trainer_workers_get_push_shards(ray_cluster, tmp_path):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from raydata_course.push_train import PushDataConfig
+    from raydata_course.push_split.train import PushDataConfig
 
     @ray.remote(num_cpus=0)
     class Sink:

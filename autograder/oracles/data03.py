@@ -15,7 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import ray
 
-from raydata_course import inference
+from raydata_course.chapters import ch03_actor_pools as pools
+from raydata_course.chapters import ch03_classifier as models
 from raydata_course.data import load_wine_table
 
 _CONFIDENCE_ATOL = 1e-4
@@ -37,9 +38,9 @@ def _oracle_model(folder: Path):
     x = np.stack([wine[c].to_numpy() for c in names], axis=1)
     y = wine["cultivar"].to_numpy()
     train = np.arange(wine.num_rows) % 3 != 1
-    clf = inference.train_classifier(x[train], y[train], num_classes=3, feature_names=names,
+    clf = models.train_classifier(x[train], y[train], num_classes=3, feature_names=names,
                                      hidden_units=16, epochs=120, seed=7)
-    return clf, str(inference.save_classifier(clf, folder / "oracle-wine.pt"))
+    return clf, str(models.save_classifier(clf, folder / "oracle-wine.pt"))
 
 
 def _reference(clf, frame: pd.DataFrame, min_confidence: float) -> pd.DataFrame:
@@ -92,7 +93,7 @@ def _agrees(got: pd.DataFrame, ref: pd.DataFrame, min_confidence: float) -> bool
 
 
 def _loads() -> int:
-    return len(inference.local_setup_events("load_classifier"))
+    return len(pools.local_setup_events("load_classifier"))
 
 
 def check_predictor(WinePredictor):
@@ -112,7 +113,7 @@ def check_predictor(WinePredictor):
             whole = _check_output(predictor(_readonly_batch(frame)), frame, "WinePredictor")
             loads = _loads() - before
             assert loads >= 1, (
-                "WinePredictor never called inference.load_classifier(model_path): load the model with it "
+                "WinePredictor never called models.load_classifier(model_path): load the model with it "
                 "in __init__."
             )
             assert loads == 1, (
@@ -172,7 +173,7 @@ def check_predict_wine(predict_wine):
             "predict_wine uses the concurrency= argument, which Ray 2.60 deprecates (it logs a warning). "
             "Pass compute=ray.data.ActorPoolStrategy(size=num_actors) instead."
         )
-        strategies = inference.compute_strategies(out_ds)
+        strategies = pools.compute_strategies(out_ds)
         assert strategies, "predict_wine must apply WinePredictor with map_batches."
         strategy = strategies[-1][1]
         assert isinstance(strategy, ray.data.ActorPoolStrategy), (
@@ -184,7 +185,7 @@ def check_predict_wine(predict_wine):
             "no compute= gets one) and not a hard-coded size."
         )
 
-        inference.start_setup_log()
+        pools.start_setup_log()
         # Wait until every actor of the pool has started (run its constructor) before work is
         # handed out, so that the number of loads does not depend on how fast actors start.
         # The dataset runs with the DataContext snapshot it was created with, so set it there.
@@ -196,7 +197,7 @@ def check_predict_wine(predict_wine):
             ctx.wait_for_min_actors_s = saved_wait_s
         # Only this pool's loads: an actor of the notebook's earlier pool (another model file)
         # can still be starting on a busy machine, and would load after the log was cleared.
-        loads = [e for e in inference.setup_events("load_classifier")
+        loads = [e for e in pools.setup_events("load_classifier")
                  if e.actor_id is not None and e.detail == str(Path(path).resolve())]
         assert len(rows) == table.num_rows and rows["id"].is_unique, (
             "On a larger dataset, not every row came out exactly once."

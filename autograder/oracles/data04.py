@@ -15,16 +15,16 @@ import ray
 import ray.data
 from ray.data.dataset import MaterializedDataset
 
-from raydata_course.streaming import (
+from raydata_course.chapters.ch04_backpressure import (
     IMAGE_BYTES,
-    MiB,
     SlowTrainer,
     decode_images,
     image_source,
     measure_configured_run,
-    measure_streaming_run,
     reset_streaming_knobs,
 )
+from raydata_course.measure.run import measure_streaming_run
+from raydata_course.units import MiB
 
 
 def _check_rows(trainer: SlowTrainer, returned, num_rows: int, batch_rows: int, what: str) -> None:

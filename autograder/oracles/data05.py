@@ -2,7 +2,7 @@
 
 Each ``check_*`` receives the student's objects and raises ``AssertionError`` with a message
 that names the kind of input that failed and what to fix, never the input or expected value.
-The datasets here are built from :func:`raydata_course.ingest.id_probe_table`: digits-shaped
+The datasets here are built from :func:`raydata_course.chapters.ch05_split_checks.id_probe_table`: digits-shaped
 rows whose first pixels spell out the row id, so the check can tell from the features alone
 which rows a batch held.
 """
@@ -15,7 +15,8 @@ import ray
 import torch
 from ray.data.collate_fn import CollateFn
 
-from raydata_course import ingest
+from raydata_course.chapters import ch05_split_checks as split_checks
+from raydata_course.chapters import ch05_torch_ingest as ingest
 
 #: Longest a correct read of every shard may take on a loaded 2-core machine, in seconds
 #: (a correct answer needs a few seconds on a quiet one).
@@ -23,7 +24,7 @@ SPLIT_TIMEOUT_S = 30.0
 
 
 def _probe_dataset(num_rows: int, num_blocks: int, seed: int = 0):
-    table = ingest.id_probe_table(num_rows, seed=seed)
+    table = split_checks.id_probe_table(num_rows, seed=seed)
     return ray.data.from_arrow(table).repartition(num_blocks).materialize(), table
 
 
@@ -71,7 +72,7 @@ def check_collate(DigitsCollate):
         x = torch.cat(xs).numpy()
         y = torch.cat(ys).numpy()
         assert len(x) == table.num_rows, f"With batches of {batch_size} row(s), rows were lost or added."
-        ids = ingest.ids_from_features(x)
+        ids = split_checks.ids_from_features(x)
         assert np.array_equal(np.sort(ids), np.arange(table.num_rows)), (
             "Some features do not match any input row: features must be pixels / 16, in the "
             "pixels' own order."
@@ -93,7 +94,7 @@ def _epoch(train_batches, ds, batch_size: int, epoch: int, device: str = "cpu"):
         devices.add(y.device.type)
         sizes.append(x.shape[0])
         if device != "meta":
-            ids.append(ingest.ids_from_features(x))
+            ids.append(split_checks.ids_from_features(x))
     return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sizes, devices
 
 
@@ -104,7 +105,7 @@ def check_train_batches(train_batches):
     for batch_size in (64, 100):
         for epoch in (0, 1):
             ids, sizes, _ = _epoch(train_batches, ds, batch_size, epoch)
-            cover = ingest.row_coverage(ids, num_rows)
+            cover = split_checks.row_coverage(ids, num_rows)
             assert cover.exactly_once, (
                 f"In one epoch with batch_size={batch_size}, {cover.missing} row(s) were never "
                 f"seen and {cover.repeated} were seen twice: every row must be seen exactly once "
@@ -133,7 +134,7 @@ def check_read_shards(read_shards):
         ds = ray.data.range(num_rows, override_num_blocks=num_blocks)
         try:
             # On a timeout the blocked readers are ended too, so nothing is left stuck in Ray.
-            shards = ingest.run_split_readers(read_shards, SPLIT_TIMEOUT_S, ds, num_shards)
+            shards = split_checks.run_split_readers(read_shards, SPLIT_TIMEOUT_S, ds, num_shards)
         except TimeoutError:
             raise AssertionError(
                 f"read_shards did not finish within {SPLIT_TIMEOUT_S:.0f} s. The shards of a "
@@ -142,7 +143,7 @@ def check_read_shards(read_shards):
             ) from None
         assert len(shards) == num_shards, f"Expected one array per shard ({num_shards}), got {len(shards)}."
         assert all(len(s) > 0 for s in shards), "Every shard should have received rows."
-        cover = ingest.row_coverage(np.concatenate([np.asarray(s) for s in shards]), num_rows)
+        cover = split_checks.row_coverage(np.concatenate([np.asarray(s) for s in shards]), num_rows)
         assert cover.exactly_once, (
             f"Across the shards, {cover.missing} row(s) were never read and {cover.repeated} were "
             "read twice. Each row must reach exactly one shard: note what equal=True does with "

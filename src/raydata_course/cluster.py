@@ -21,10 +21,11 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from raydata_course.layout import HEADLESS_ENV, ORACLES_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
+from raydata_course.units import GiB, MiB
+
 __all__ = [
     "RAY_VERSION",
-    "MiB",
-    "GiB",
     "ClusterSize",
     "ClusterTooSmallError",
     "CourseSession",
@@ -44,17 +45,6 @@ logger = logging.getLogger(__name__)
 #: The Ray release the course is written and tested against.
 RAY_VERSION = "2.60.0"
 
-MiB = 1024**2
-GiB = 1024**3
-
-#: Environment variable that overrides where Ray keeps its session files.
-TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
-#: Set to ``1`` by the course's headless runners (``make course``, the tests, the grader).
-HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
-#: Set by the grader only (same name as ``raydata_course.grading.ORACLES_ENV``).
-GRADER_ORACLES_ENV = "RAYDATA_COURSE_ORACLES"
-#: Accept another Ray release; only the lab's across-versions run sets it (``make lab RAY=...``).
-RAY_VERSION_ENV = "RAYDATA_COURSE_RAY_VERSION"
 FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 
 # Ray puts unix sockets under its session folder; Linux limits a socket path to 107 bytes,
@@ -379,7 +369,7 @@ def setup(
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = is_interactive() if progress_bars is None else progress_bars
-    if os.environ.get(GRADER_ORACLES_ENV):
+    if os.environ.get(ORACLES_ENV):
         # Under the grader, Ray Data's INFO lines ("Execution plan of Dataset ...") would show
         # the structure of the hidden tests' pipelines in the student's feedback.
         logging.getLogger("ray.data").setLevel(logging.WARNING)

@@ -1,27 +1,21 @@
-"""``make jupyter``: open the course in JupyterLab, with nbgrader's extension pointed at it.
+"""``make jupyter``, the student's side: JupyterLab on the course, with the course kernel.
 
-nbgrader 0.9.6 ships a JupyterLab extension (``@jupyter/nbgrader``) with server extensions
-for students (the notebook toolbar's **Validate** button, the assignment list) and for
-instructors (**formgrader**). None of them is told where the course is: each reads
-``nbgrader_config.py`` from the folder the server was started in (and from Jupyter's config
-path). So the course root holds a small ``nbgrader_config.py`` that loads
-``autograder/nbgrader_config.py``, and this module starts JupyterLab *in* the course root:
+nbgrader 0.9.6 ships a JupyterLab extension (``@jupyter/nbgrader``) whose **Validate** button
+(the notebook toolbar) runs a notebook's visible tests. It reads ``nbgrader_config.py`` from
+the folder the server was started in, and it fails a test cell that writes anything to
+stderr, which Ray does on every Dataset execution. This module holds what the course needs
+for that and for starting JupyterLab:
 
-- the server's root folder and working folder are the course root, so formgrader's
-  ``CourseDirectory.root`` is inside the server root (otherwise formgrader refuses with "The
-  course directory root is not a subdirectory of the notebook server root") and finds
-  ``solutions/`` as source, ``exercises/`` as release and ``gradebook.db``;
-- the course kernel (``raydata-course``) is the default for new notebooks; the course's
-  notebooks name it in their metadata;
-- the virtual environment's ``bin`` comes first on ``PATH``, because nbgrader shells out to
-  ``alembic`` when it creates a gradebook.
+- :data:`VALIDATE_KERNEL_ARGUMENTS`, the kernel arguments Validate's kernels get (set by the
+  course root's ``nbgrader_config.py``);
+- :func:`lab_command` and :func:`lab_environment`: the command line and environment that
+  start JupyterLab at the course root with the course kernel as default; the virtual
+  environment's ``bin`` comes first on ``PATH``;
+- :func:`main`: ``python -m raydata_course.jupyter [--port N] [--no-browser] [--root DIR]
+  [jupyter options]``.
 
-It also defines what Validate needs beyond the grader's configuration
-(:data:`VALIDATE_KERNEL_ARGUMENTS`), and :class:`LabServer`, which runs a JupyterLab server
-as a child process and stops it with everything it started (the tests use it).
-
-Run it with ``python -m raydata_course.jupyter [--port N] [--no-browser] [--grading DIR]
-[jupyter options]`` (``make jupyter ARGS="..."``, ``make jupyter GRADING=build/grading``).
+The instructor's launcher (formgrader on a grading folder, ``make jupyter GRADING=...``) is
+``raydata_grader.formgrader``; it starts JupyterLab with the same command line.
 
 Examples:
     >>> cmd = lab_command("/course", port=8890, token="t0k", open_browser=False)
@@ -36,31 +30,19 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import secrets
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from raydata_course.grading import KERNEL_NAME
+from raydata_course.layout import KERNEL_NAME, course_root
 
 __all__ = [
-    "GRADING_DIR_ENV",
     "VALIDATE_KERNEL_ARGUMENTS",
-    "LabServer",
-    "LabServerError",
-    "check_course_root",
-    "check_grading_dir",
-    "free_port",
     "lab_command",
     "lab_environment",
+    "check_kernel",
+    "exec_lab",
     "main",
 ]
 
@@ -82,62 +64,6 @@ VALIDATE_KERNEL_ARGUMENTS = [
     "--IPKernelApp.capture_fd_output=False",
     "--IPKernelApp.exec_lines=__import__('sys').stderr = __import__('sys').stdout",
 ]
-
-#: Environment variable read by the course root's ``nbgrader_config.py``: when set, nbgrader
-#: (formgrader above all) works in this folder instead of the course root, e.g. the grading
-#: folder that ``make grade`` fills (``build/grading``). ``make jupyter GRADING=build/grading``.
-GRADING_DIR_ENV = "RAYDATA_COURSE_GRADING_DIR"
-
-#: Files and folders that make a folder a course root JupyterLab can serve.
-_COURSE_MARKERS = ("nbgrader_config.py", "autograder/nbgrader_config.py", "solutions", "exercises")
-
-
-class LabServerError(RuntimeError):
-    """The JupyterLab server did not start, or did not answer, in time."""
-
-
-def check_course_root(root: str | os.PathLike) -> Path:
-    """Return ``root`` resolved, after checking that it is a course root.
-
-    Raises:
-        FileNotFoundError: naming what is missing (``nbgrader_config.py``,
-            ``autograder/nbgrader_config.py``, ``solutions/`` or ``exercises/``).
-    """
-    folder = Path(root).resolve()
-    missing = [name for name in _COURSE_MARKERS if not (folder / name).exists()]
-    if missing:
-        raise FileNotFoundError(
-            f"{folder} is not a course root: it lacks {', '.join(missing)}. Start JupyterLab from "
-            "the repository root (make jupyter)."
-        )
-    return folder
-
-
-def check_grading_dir(folder: str | os.PathLike, root: str | os.PathLike) -> Path:
-    """Return ``folder`` resolved, after checking formgrader can show it.
-
-    Args:
-        folder: an nbgrader course folder with a gradebook, e.g. ``build/grading`` after
-            ``make grade`` (relative paths are taken from ``root``).
-        root: the course root, which JupyterLab serves.
-
-    Raises:
-        FileNotFoundError: if ``folder`` has no ``gradebook.db``.
-        ValueError: if ``folder`` is not inside ``root`` (formgrader only works on a course
-            inside the server's root folder).
-    """
-    root = Path(root).resolve()
-    path = (root / folder).resolve()
-    if not path.is_relative_to(root):
-        raise ValueError(
-            f"the grading folder {path} must be inside the course root {root}, which JupyterLab serves."
-        )
-    if not (path / "gradebook.db").is_file():
-        raise FileNotFoundError(
-            f"{path} has no gradebook.db: grade first (make grade SUBMISSIONS=... OUT={folder})."
-        )
-    return path
-
 
 def lab_command(
     root: str | os.PathLike,
@@ -188,7 +114,12 @@ def lab_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _check_kernel() -> None:
+def check_kernel() -> None:
+    """Make sure the course kernel is registered.
+
+    Raises:
+        SystemExit: with the command that registers it, if it is missing.
+    """
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     try:
@@ -196,256 +127,43 @@ def _check_kernel() -> None:
     except NoSuchKernel:
         raise SystemExit(
             f"The Jupyter kernel {KERNEL_NAME!r} is not installed. Run `make setup`, or "
-            f"`python -m ipykernel install --sys-prefix --name {KERNEL_NAME}`."
+            "`python -m raydata_course.layout` in the course's environment."
         ) from None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (the OS's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def exec_lab(root: Path, *, port: int | None, open_browser: bool, extra_args: Sequence[str] = (),
+             env: dict[str, str] | None = None) -> None:
+    """Replace this process with JupyterLab on the course at ``root`` (never returns).
 
-
-class LabServer:
-    """A JupyterLab server on the course at ``root``, run as a child process on 127.0.0.1.
-
-    The server's output goes to ``log_path``. Use it as a context manager, or call
-    :meth:`start` and :meth:`stop`::
-
-        with LabServer(course, log_path=tmp / "server.log") as server:
-            server.url("lab/tree/exercises/data01/data01.ipynb")  # with ?token=...
-
-    Args:
-        root: the course root (see :func:`check_course_root`).
-        log_path: file that receives the server's stdout and stderr.
-        env: the server's environment (default :func:`lab_environment`); kernels inherit it.
-        extra_args: more ``jupyter lab`` options.
-        start_timeout_s: how long :meth:`start` waits for the server to answer.
-
-    Attributes:
-        port: the port it listens on.
-        token: its login token.
-        process: the ``subprocess.Popen`` of the server, once started.
+    Raises:
+        SystemExit: if the course kernel is not registered.
     """
-
-    def __init__(
-        self,
-        root: str | os.PathLike,
-        *,
-        log_path: str | os.PathLike,
-        env: dict[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        start_timeout_s: float = 90.0,
-    ) -> None:
-        if start_timeout_s <= 0:
-            raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s!r}.")
-        self.root = check_course_root(root)
-        self.log_path = Path(log_path)
-        self.env = lab_environment() if env is None else env
-        self.extra_args = list(extra_args)
-        self.start_timeout_s = start_timeout_s
-        self.port = free_port()
-        self.token = secrets.token_hex(16)
-        self.process: subprocess.Popen | None = None
-        self._log_file = None
-        self._seen_pids: set[int] = set()
-
-    # ------------------------------------------------------------------ addresses
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>/``."""
-        return f"http://127.0.0.1:{self.port}/"
-
-    def url(self, path: str = "lab") -> str:
-        """The address of ``path`` on the server, with the token as a query parameter."""
-        sep = "&" if "?" in path else "?"
-        return f"{self.base_url}{path.lstrip('/')}{sep}token={self.token}"
-
-    # ------------------------------------------------------------------ REST
-    def api(self, method: str, path: str, body: object | None = None, timeout_s: float = 30.0):
-        """Call the server's REST API (``/api/...``) with the token; return the decoded JSON.
-
-        Raises:
-            urllib.error.HTTPError: on a 4xx/5xx answer.
-            urllib.error.URLError: if the server does not answer.
-        """
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path.lstrip("/"), data=data, method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            raw = response.read()
-        return json.loads(raw) if raw else None
-
-    def log_tail(self, num_lines: int = 40) -> str:
-        """The last ``num_lines`` lines of the server's log (empty if there is none)."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return ""
-        return "\n".join(lines[-num_lines:])
-
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> LabServer:
-        """Start the server and wait until ``/api/status`` answers.
-
-        Raises:
-            LabServerError: if the process exits or does not answer within
-                ``start_timeout_s``; the message ends with the last lines of its log.
-        """
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "ab")
-        cmd = lab_command(self.root, port=self.port, token=self.token, open_browser=False,
-                          extra_args=self.extra_args)
-        self.process = subprocess.Popen(
-            cmd, cwd=self.root, env=self.env, stdout=self._log_file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        deadline = time.monotonic() + self.start_timeout_s
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise LabServerError(
-                    f"The JupyterLab server exited with status {self.process.returncode} before it "
-                    f"answered on port {self.port}. Last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                self.api("GET", "api/status", timeout_s=5)
-                return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-                last_error = exc
-                time.sleep(0.5)
-        self.stop()
-        raise LabServerError(
-            f"The JupyterLab server did not answer on {self.base_url} within "
-            f"{self.start_timeout_s:.0f} s (last error: {last_error}). Last lines of "
-            f"{self.log_path}:\n{self.log_tail()}"
-        )
-
-    def descendants(self) -> list[int]:
-        """Pids of every live process below the server (kernels, Ray's processes, ...).
-
-        Each call also remembers them, so :meth:`stop` can check that they ended.
-        """
-        import psutil
-
-        if self.process is None:
-            return []
-        try:
-            pids = [p.pid for p in psutil.Process(self.process.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            pids = []
-        self._seen_pids.update(pids)
-        return pids
-
-    def stop(self, timeout_s: float = 60.0) -> list[str]:
-        """Shut down every kernel and the server, then make sure nothing it started lives on.
-
-        Kernels are shut down through the API first (so that their ``atexit`` handlers stop
-        Ray), then the server through ``/api/shutdown``; a server that is still running after
-        half of ``timeout_s`` gets SIGTERM, then SIGKILL. Processes that were below the server
-        and outlive it are killed.
-
-        Returns:
-            One line per process that had to be killed after the shutdown (empty when the
-            shutdown was clean).
-        """
-        import psutil
-
-        if self.process is None:
-            return []
-        self.descendants()
-        deadline = time.monotonic() + timeout_s
-        if self.process.poll() is None:
-            try:
-                for kernel in self.api("GET", "api/kernels", timeout_s=10) or []:
-                    self.api("DELETE", f"api/kernels/{kernel['id']}", timeout_s=timeout_s / 2)
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            self.descendants()
-            try:
-                self.api("POST", "api/shutdown", timeout_s=10)
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            try:
-                self.process.wait(timeout=max(1.0, deadline - time.monotonic() - timeout_s / 2))
-            except subprocess.TimeoutExpired:
-                for sig in (signal.SIGTERM, signal.SIGKILL):
-                    try:
-                        os.killpg(self.process.pid, sig)
-                    except ProcessLookupError:
-                        break
-                    try:
-                        self.process.wait(timeout=10)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
-        killed = []
-        survivors = []
-        for pid in sorted(self._seen_pids):
-            try:
-                proc = psutil.Process(pid)
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    survivors.append(proc)
-            except psutil.NoSuchProcess:
-                continue
-        # Ray's processes end a few seconds after the kernel that started them.
-        _, alive = psutil.wait_procs(survivors, timeout=max(1.0, deadline - time.monotonic()))
-        for proc in alive:
-            try:
-                line = f"pid {proc.pid}: {' '.join(proc.cmdline())[:160]}"
-                proc.kill()
-                killed.append(line)
-            except psutil.NoSuchProcess:
-                continue
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        return killed
-
-    def __enter__(self) -> LabServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    check_kernel()
+    cmd = lab_command(root, port=port, open_browser=open_browser, extra_args=extra_args)
+    os.chdir(root)
+    os.execve(cmd[0], cmd, env if env is not None else lab_environment())
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m raydata_course.jupyter``: run JupyterLab on the course until interrupted.
 
-    Options ``--port N``, ``--no-browser``, ``--root DIR`` and ``--grading DIR`` (formgrader
-    shows that grading folder, see :data:`GRADING_DIR_ENV`); anything else is passed to
+    Options ``--port N``, ``--no-browser`` and ``--root DIR``; anything else is passed to
     ``jupyter lab``.
 
     Raises:
-        SystemExit: if the course root, the course kernel or the grading folder is missing.
+        SystemExit: if the course folder or the course kernel is missing.
     """
     parser = argparse.ArgumentParser(prog="python -m raydata_course.jupyter",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=None, help="listen on this port only")
     parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
-    parser.add_argument("--root", default=None, help="course root (default: this checkout)")
-    parser.add_argument("--grading", default=None, metavar="DIR",
-                        help="show this grading folder (e.g. build/grading from `make grade`) in formgrader")
+    parser.add_argument("--root", default=None, help="course folder (default: the one found from here)")
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    from raydata_course.grading import course_root
-
     try:
-        root = check_course_root(args.root or course_root())
+        root = course_root(args.root)
     except FileNotFoundError as exc:
         raise SystemExit(str(exc)) from None
-    _check_kernel()
-    env = lab_environment()
-    if args.grading:
-        try:
-            env[GRADING_DIR_ENV] = str(check_grading_dir(args.grading, root))
-        except (FileNotFoundError, ValueError) as exc:
-            raise SystemExit(str(exc)) from None
-    cmd = lab_command(root, port=args.port, open_browser=not args.no_browser, extra_args=rest)
-    os.chdir(root)
-    os.execve(cmd[0], cmd, env)
+    exec_lab(root, port=args.port, open_browser=not args.no_browser, extra_args=rest)
     return 0  # not reached
 
 

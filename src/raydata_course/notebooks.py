@@ -1,4 +1,8 @@
-"""Execute notebooks headless with nbclient, and keep committed notebooks clean.
+"""The course's one notebook executor (nbclient), and clean committed notebooks.
+
+``make course``, the tests and the student self-check all run notebooks through
+:func:`execute_notebook`. (The grader's autograde runs them through nbgrader's own
+``Execute`` preprocessor, which wraps the same nbclient.)
 
 Examples:
     >>> import nbformat
@@ -19,10 +23,35 @@ from pathlib import Path
 import nbformat
 
 from raydata_course._util import temporary_env
+from raydata_course.layout import HEADLESS_ENV, KERNEL_NAME
 
-__all__ = ["KERNEL_NAME", "NotebookRun", "execute_notebook", "strip_outputs", "is_stripped"]
+__all__ = ["CellError", "NotebookRun", "execute_notebook", "cell_errors", "strip_outputs", "is_stripped"]
 
-KERNEL_NAME = "raydata-course"
+
+@dataclass(frozen=True)
+class CellError:
+    """The first error a cell raised.
+
+    Attributes:
+        index: the cell's position in the notebook (0-based).
+        ename: the exception's class name.
+        evalue: its message, cut at 400 characters.
+    """
+
+    index: int
+    ename: str
+    evalue: str
+
+
+def cell_errors(notebook) -> list[CellError]:
+    """The first error output of every code cell of an executed notebook, in cell order."""
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                found.append(CellError(index, output.get("ename", ""), str(output.get("evalue", ""))[:400]))
+                break
+    return found
 
 
 @dataclass
@@ -31,10 +60,13 @@ class NotebookRun:
 
     Attributes:
         path: the notebook that was run.
-        status: ``"ok"``, ``"error"`` (a cell raised) or ``"timeout"`` (a cell ran too long).
+        status: ``"ok"``, ``"error"`` (a cell raised, or the kernel died) or ``"timeout"``
+            (a cell ran too long). With ``allow_errors``, cells that raise leave it ``"ok"``.
         seconds: wall time of the execution, kernel start included, in seconds.
         error: the failing cell's error name and value, or None.
         output_path: where the executed notebook was written, or None.
+        notebook: the executed notebook, with its outputs.
+        kernel_died: the kernel died (``os._exit``, a crash) before the end.
     """
 
     path: Path
@@ -42,6 +74,15 @@ class NotebookRun:
     seconds: float
     error: str | None = None
     output_path: Path | None = None
+    notebook: object = None
+    kernel_died: bool = False
+
+    @property
+    def last_executed(self) -> int:
+        """Index of the last code cell that ran (-1 when none did)."""
+        cells = self.notebook.cells if self.notebook is not None else []
+        return max((i for i, c in enumerate(cells) if c.get("cell_type") == "code"
+                    and c.get("execution_count") is not None), default=-1)
 
 
 def execute_notebook(
@@ -52,11 +93,14 @@ def execute_notebook(
     kernel_name: str = KERNEL_NAME,
     cwd: str | os.PathLike | None = None,
     env: dict[str, str | None] | None = None,
+    allow_errors: bool = False,
 ) -> NotebookRun:
     """Run a notebook top to bottom in a fresh kernel; stop at the first error.
 
-    A cell tagged ``raises-exception`` may raise; any other error ends the run.
-    ``RAYDATA_COURSE_HEADLESS=1`` is set for the kernel, so Ray Data draws no progress bars.
+    A cell tagged ``raises-exception`` may raise; any other error ends the run, unless
+    ``allow_errors`` (then every cell runs, and :func:`cell_errors` of ``run.notebook`` lists
+    what raised). ``RAYDATA_COURSE_HEADLESS=1`` is set for the kernel, so Ray Data draws no
+    progress bars. A cell that runs past ``cell_timeout_s`` is interrupted.
 
     Args:
         path: the notebook to run.
@@ -66,6 +110,7 @@ def execute_notebook(
         cwd: working folder of the kernel; default the notebook's folder.
         env: environment changes for the kernel (a value of None unsets the variable),
             e.g. ``{"RAY_ADDRESS": None}`` to make the notebook start its own cluster.
+        allow_errors: run every cell even when some raise.
 
     Returns:
         A :class:`NotebookRun`.
@@ -87,11 +132,13 @@ def execute_notebook(
         # 2-core machine ("Timeout waiting for IOPub output").
         iopub_timeout=60,
         kernel_name=kernel_name,
+        allow_errors=allow_errors,
+        interrupt_on_timeout=allow_errors,
         resources={"metadata": {"path": str(cwd or path.parent)}},
     )
     start = time.perf_counter()
-    status, error = "ok", None
-    with temporary_env({"RAYDATA_COURSE_HEADLESS": "1", **(env or {})}):
+    status, error, died = "ok", None, False
+    with temporary_env({HEADLESS_ENV: "1", **(env or {})}):
         try:
             client.execute()
         except CellTimeoutError as exc:
@@ -99,13 +146,14 @@ def execute_notebook(
         except (CellExecutionError, DeadKernelError) as exc:
             lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
             status, error = "error", (lines[-1] if lines else type(exc).__name__)[:500]
+            died = isinstance(exc, DeadKernelError)
     seconds = time.perf_counter() - start
     written = None
     if output_path is not None:
         written = Path(output_path)
         written.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, written)
-    return NotebookRun(path, status, seconds, error, written)
+    return NotebookRun(path, status, seconds, error, written, nb, died)
 
 
 def strip_outputs(notebook):

@@ -1,7 +1,7 @@
 """Tampers with the grader: replaces hidden_check, then hard-codes the visible answers."""
 ANSWERS = {
     "block_row_counts_answer": '''
-import raydata_course.grading as _g
+import raydata_grader.hidden as _g
 _g.hidden_check = lambda *args, **kwargs: None
 
 def block_row_counts(ds) -> list:

@@ -8,12 +8,12 @@ error, a cell turned into markdown silently stops running, a deleted cell needs
 start, and a file that is not a notebook stops the batch. :func:`lint_notebook` checks a
 submission against the *release* notebook (what the student was given), repairs what can be
 repaired without changing the meaning of the student's work, and says what it did in words a
-student can act on. The grader (``python -m raydata_course.classroom grade``) and the
-student self-check (:func:`raydata_course.classroom.self_check`) share it.
+student can act on. The instructor's grader (``make grade``) and the student self-check
+(:func:`raydata_course.classroom.self_check`) share it.
 
 Repairs, in order:
 
-1. the kernel is set to the course kernel (``raydata-course``);
+1. the kernel is set to the course kernel (:data:`raydata_course.layout.KERNEL_NAME`);
 2. saved outputs are cleared (the grader runs the notebook again anyway);
 3. a cell whose ``grade_id`` the release does not know loses its nbgrader metadata;
 4. a repeated ``grade_id``: a copy of an *answer* cell stays as an ordinary code cell, in
@@ -47,20 +47,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nbformat
+from nbgrader.utils import is_grade, is_locked, is_solution
+
+from raydata_course.layout import KERNELSPEC
 
 __all__ = [
-    "COURSE_KERNELSPEC",
     "LintResult",
     "lint_notebook",
     "grade_id",
-    "is_answer",
-    "is_graded",
-    "is_locked",
     "unanswered_cells",
 ]
-
-#: The kernelspec every graded notebook gets (the course's virtual environment with Ray 2.60).
-COURSE_KERNELSPEC = {"name": "raydata-course", "display_name": "Python (raydata-course)", "language": "python"}
 
 #: Text put in an answer cell that was missing from the submission.
 RESTORED_ANSWER_TEXT = (
@@ -70,28 +66,14 @@ RESTORED_ANSWER_TEXT = (
 
 
 def _nbg(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+    meta = cell.get("metadata")
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return nbg if isinstance(nbg, dict) else {}
 
 
 def grade_id(cell) -> str | None:
     """The cell's nbgrader ``grade_id``, or None for an ordinary cell."""
     return _nbg(cell).get("grade_id")
-
-
-def is_answer(cell) -> bool:
-    """True for an answer cell (nbgrader ``solution: true``)."""
-    return bool(_nbg(cell).get("solution"))
-
-
-def is_graded(cell) -> bool:
-    """True for a test cell that earns points (nbgrader ``grade: true``)."""
-    return bool(_nbg(cell).get("grade"))
-
-
-def is_locked(cell) -> bool:
-    """True for a read-only cell (nbgrader ``locked: true``, or graded and not an answer)."""
-    meta = _nbg(cell)
-    return bool(meta.get("locked")) or (bool(meta.get("grade")) and not meta.get("solution"))
 
 
 @dataclass
@@ -173,9 +155,9 @@ def _set_type(cell, cell_type: str) -> None:
 
 
 def _kind(cell) -> str:
-    if is_answer(cell):
+    if is_solution(cell):
         return "answer cell"
-    if is_graded(cell):
+    if is_grade(cell):
         return "test cell"
     return "read-only cell"
 
@@ -183,7 +165,7 @@ def _kind(cell) -> str:
 def unanswered_cells(notebook) -> list[str]:
     """``grade_id`` of each answer cell that still raises ``NotImplementedError()``."""
     return [grade_id(c) for c in notebook.cells
-            if is_answer(c) and c.get("cell_type") == "code" and "raise NotImplementedError()" in c.get("source", "")]
+            if is_solution(c) and c.get("cell_type") == "code" and "raise NotImplementedError()" in c.get("source", "")]
 
 
 def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) -> LintResult:
@@ -193,7 +175,7 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
         raw: the submitted file's bytes (or text).
         release: the release notebook (``nbformat`` v4), with nbgrader metadata on every
             answer, test and read-only cell.
-        kernelspec: the kernelspec to force; default :data:`COURSE_KERNELSPEC`.
+        kernelspec: the kernelspec to force; default :data:`raydata_course.layout.KERNELSPEC`.
 
     Returns:
         A :class:`LintResult`. Its notebook is a repaired copy; ``raw`` is never changed.
@@ -202,7 +184,7 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
         ValueError: if ``release`` has no nbgrader cells or repeats a ``grade_id`` (a broken
             release is the course's bug, not the student's).
     """
-    kernelspec = kernelspec or COURSE_KERNELSPEC
+    kernelspec = kernelspec or KERNELSPEC
     rel_cells = [c for c in release.cells if grade_id(c)]
     rel_ids = [grade_id(c) for c in rel_cells]
     if not rel_ids:
@@ -238,7 +220,12 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
             cell["outputs"] = []
             cell["execution_count"] = None
 
-    # 3. unknown grade ids, and 4. repeated grade ids
+    # 3. malformed nbgrader metadata (not a dict), unknown grade ids, and 4. repeated grade ids
+    for cell in nb.cells:
+        meta = cell.get("metadata", {})
+        if "nbgrader" in meta and not isinstance(meta["nbgrader"], dict):
+            meta.pop("nbgrader")
+            repairs.append("a cell carried malformed nbgrader metadata; it runs as an ordinary cell")
     seen: set[str] = set()
     kept = []
     for cell in nb.cells:
@@ -252,7 +239,7 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
             kept.append(cell)
             continue
         if gid in seen:
-            if is_answer(rel_by_id[gid]):
+            if is_solution(rel_by_id[gid]):
                 cell["metadata"].pop("nbgrader", None)
                 cell["metadata"].pop("deletable", None)
                 cell["metadata"].pop("editable", None)
@@ -294,7 +281,7 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
         if gid in present_ids:
             continue
         restored = copy.deepcopy(rel_by_id[gid])
-        if is_answer(restored) and restored.get("cell_type") == "code":
+        if is_solution(restored) and restored.get("cell_type") == "code":
             restored["source"] = RESTORED_ANSWER_TEXT
             repairs.append(f"the answer cell {gid!r} was deleted; it was put back empty (code you wrote in "
                            "other cells still runs)")

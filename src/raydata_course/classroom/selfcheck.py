@@ -36,13 +36,23 @@ from pathlib import Path
 
 import nbformat
 
-from raydata_course.classroom.lint import grade_id, is_answer, is_graded, lint_notebook
+from nbgrader.utils import is_grade, is_solution
 
-__all__ = ["SELF_CHECK_ENV", "SelfCheckReport", "self_check", "find_release"]
+from raydata_course.classroom.lint import grade_id, lint_notebook
+from raydata_course.layout import (
+    ASSIGNMENT_GLOB,
+    GRADER_CELL_TIMEOUT_S,
+    HEADLESS_ENV,
+    KERNEL_NAME,
+    ORACLES_ENV,
+    SELF_CHECK_ENV,
+    CourseRootNotFound,
+    course_root,
+    exercise_notebook,
+)
+from raydata_course.notebooks import cell_errors, execute_notebook
 
-#: Set in the kernel that runs the self-check's copy, so a ``self_check()`` cell there does nothing.
-SELF_CHECK_ENV = "RAYDATA_COURSE_SELF_CHECK"
-CELL_TIMEOUT_S = 180
+__all__ = ["SelfCheckReport", "self_check", "find_release", "run_copy"]
 
 
 @dataclass
@@ -98,24 +108,16 @@ class SelfCheckReport:
         return "\n".join(lines)
 
 
-def _course_root(start: Path) -> Path | None:
-    env = os.environ.get("RAYDATA_COURSE_ROOT")
-    candidates = ([Path(env)] if env else []) + [start, *start.parents, Path.cwd(), *Path.cwd().parents]
-    for root in candidates:
-        if (root / "exercises").is_dir():
-            return root
-    return None
-
-
 def find_release(assignment: str, notebook: Path):
     """The released exercise notebook to compare ``notebook`` with, and where it came from.
 
     Returns:
         ``(notebook_node, origin)``, or ``(None, reason)`` when no pristine copy is found.
     """
-    root = _course_root(notebook.resolve().parent)
-    if root is None:
-        return None, "no course folder (with exercises/) above the notebook"
+    try:
+        root = course_root(notebook.resolve().parent)
+    except CourseRootNotFound:
+        return None, "no course folder (with chapters/ and exercises/) above the notebook"
     rel = Path("exercises") / assignment / f"{assignment}.ipynb"
     pristine = root / ".pristine" / rel
     if pristine.is_file():
@@ -134,14 +136,14 @@ def find_release(assignment: str, notebook: Path):
 
 def _is_hidden(cell) -> bool:
     code = [ln for ln in cell.get("source", "").splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    return is_graded(cell) and not code
+    return is_grade(cell) and not code
 
 
 def _kernel_name(nb) -> str:
     from jupyter_client.kernelspec import KernelSpecManager
 
     names = KernelSpecManager().find_kernel_specs()
-    for name in ("raydata-course", (nb.metadata.get("kernelspec") or {}).get("name"), "python3"):
+    for name in (KERNEL_NAME, (nb.metadata.get("kernelspec") or {}).get("name"), "python3"):
         if name and name in names:
             return name
     return "python3"
@@ -150,28 +152,16 @@ def _kernel_name(nb) -> str:
 def run_copy(notebook_path: str, result_path: str, kernel_name: str, cwd: str | None = None) -> int:
     """Execute a notebook copy in a fresh kernel started in ``cwd``; write its errors as JSON.
 
-    The JSON holds ``errors`` (``{cell index: [ename, evalue]}``, the first error per cell),
-    ``died`` (the message when the kernel died, else None) and ``last_executed``.
+    Every cell runs, whether or not an earlier one raised, with the grader's per-cell limit
+    (:func:`raydata_course.notebooks.execute_notebook` with ``allow_errors``). The JSON holds
+    ``errors`` (``{cell index: [ename, evalue]}``, the first error per cell), ``died`` (the
+    message when the kernel died, else None) and ``last_executed``.
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    nb = nbformat.read(notebook_path, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=kernel_name, allow_errors=True,
-                            interrupt_on_timeout=True, resources={"metadata": {"path": cwd or str(Path(notebook_path).parent)}})
-    died = None
-    try:
-        client.execute()
-    except DeadKernelError as exc:
-        died = str(exc)
-    errors = {}
-    for index, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                errors[str(index)] = [out.get("ename", ""), str(out.get("evalue", ""))[:400]]
-                break
-    executed = [i for i, c in enumerate(nb.cells) if c.get("cell_type") == "code" and c.get("execution_count") is not None]
-    Path(result_path).write_text(json.dumps({"errors": errors, "died": died, "last_executed": max(executed, default=-1)}))
+    run = execute_notebook(notebook_path, cell_timeout_s=GRADER_CELL_TIMEOUT_S, kernel_name=kernel_name, cwd=cwd,
+                           allow_errors=True)
+    errors = {str(e.index): [e.ename, e.evalue] for e in cell_errors(run.notebook)}
+    died = run.error if run.kernel_died else None
+    Path(result_path).write_text(json.dumps({"errors": errors, "died": died, "last_executed": run.last_executed}))
     return 0
 
 
@@ -217,7 +207,7 @@ def self_check(assignment: str | None = None, notebook: str | os.PathLike | None
             return _done(report, verbose)
         report.structure = list(lint.repairs)
         nb = lint.notebook
-    report.unanswered = [grade_id(c) for c in nb.cells if is_answer(c) and "raise NotImplementedError()" in c.get("source", "")]
+    report.unanswered = [grade_id(c) for c in nb.cells if is_solution(c) and "raise NotImplementedError()" in c.get("source", "")]
     report.hidden = {grade_id(c): float(c.metadata["nbgrader"].get("points", 0)) for c in nb.cells if _is_hidden(c)}
     if not run:
         return _done(report, verbose)
@@ -225,9 +215,9 @@ def self_check(assignment: str | None = None, notebook: str | os.PathLike | None
         copy_path = Path(tmp) / path.name
         nbformat.write(nb, copy_path)
         # the copy runs next to the original, so relative paths behave as in the student's notebook
-        env = {k: v for k, v in os.environ.items() if k not in ("RAYDATA_COURSE_ORACLES", "JPY_SESSION_NAME")}
+        env = {k: v for k, v in os.environ.items() if k not in (ORACLES_ENV, "JPY_SESSION_NAME")}
         env[SELF_CHECK_ENV] = "1"
-        env.setdefault("RAYDATA_COURSE_HEADLESS", "1")
+        env.setdefault(HEADLESS_ENV, "1")
         try:
             import ray
 
@@ -253,7 +243,7 @@ def self_check(assignment: str | None = None, notebook: str | os.PathLike | None
         report.errors.append(f"the kernel died after cell {result['last_executed'] + 1} ({result['died'][:200]})")
     errors = result.get("errors", {})
     for index, cell in enumerate(nb.cells):
-        if is_graded(cell) and not _is_hidden(cell):
+        if is_grade(cell) and not _is_hidden(cell):
             err = errors.get(str(index))
             report.visible[grade_id(cell)] = "passed" if not err else f"{err[0]}: {err[1]}"
     return _done(report, verbose)
@@ -276,13 +266,16 @@ def _locate(assignment: str | None, notebook) -> Path:
         if assignment is None or Path(session).stem == assignment:
             return Path(session)
     if assignment is None:
-        here = sorted(Path.cwd().glob("data[0-9][0-9].ipynb"))
+        here = sorted(Path.cwd().glob(f"{ASSIGNMENT_GLOB}.ipynb"))
         if len(here) == 1:
             return here[0]
         raise FileNotFoundError("cannot tell which notebook to check: call self_check(\"data01\") with your exercise's id")
     if (Path.cwd() / f"{assignment}.ipynb").is_file():
         return Path.cwd() / f"{assignment}.ipynb"
-    root = _course_root(Path.cwd())
-    if root and (root / "exercises" / assignment / f"{assignment}.ipynb").is_file():
-        return root / "exercises" / assignment / f"{assignment}.ipynb"
+    try:
+        candidate = exercise_notebook(assignment, course_root())
+    except (CourseRootNotFound, ValueError):
+        candidate = None
+    if candidate is not None and candidate.is_file():
+        return candidate
     raise FileNotFoundError(f"cannot find {assignment}.ipynb here or in exercises/{assignment}/; pass notebook=<path>")

@@ -2,13 +2,13 @@
 
     python -m raydata_course.lab [--quick] [--out build/lab] [--device auto|cpu|cuda]
 
-Runs the variants of :func:`raydata_course.lab.run.variants_for` on an embedded local cluster,
+Runs the variants of :func:`raydata_course.lab.variants.variants_for` on an embedded local cluster,
 prints a table like upstream's release test (variant, budget, measured peak as median and
 spread, overage, predicted hidden, realization), and writes ``results.json``,
 ``timeline-<variant>.png``, ``breakdown.png`` and ``table.md`` to the output folder.
 ``--quick`` (for CI) runs only the slow variants, once, and exits 1 unless every slow
 variant's peak exceeds its budget by the hidden batches the buffer model predicts
-(:func:`raydata_course.lab.run.quick_check`).
+(:func:`raydata_course.lab.report.quick_check`).
 
 Pull against push: every Train variant also runs sharded by the push-based split
 (``<variant>-push``, :mod:`raydata_course.push_split`), and the Train variants run a second
@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 from pathlib import Path
+
+from raydata_course.units import MiB
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,19 +53,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from raydata_course.lab.buffer_model import inspect_consumer_pipeline
     from raydata_course.lab.plots import plot_breakdown, plot_pull_vs_push, plot_timeline
-    from raydata_course.lab.run import (
-        LabSession,
+    from raydata_course.lab.report import (
         format_push_table,
-        pull_push_pairs,
-        quick_check,
         format_push_targets,
         format_table,
         format_versions_table,
+        pull_push_pairs,
+        push_targets,
+        quick_check,
         save_results,
         summarize,
-        push_targets,
-        variants_for,
     )
+    from raydata_course.lab.session import LabSession
+    from raydata_course.lab.variants import variants_for
 
     device = args.device
     if device == "auto":
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "ray_version": ray.__version__, "torch_version": torch.__version__, "python": platform.python_version(),
         "device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
-        "machine": platform.machine(), "cpus": __import__("os").cpu_count(), "quick": args.quick,
+        "machine": platform.machine(), "cpus": os.cpu_count(), "quick": args.quick,
         "pipeline": facts.__dict__, "variant_wall_s": wall, "total_wall_s": round(time.perf_counter() - t0, 1),
         "probe_cost": results[0].probe_cost if results else {},
     }
@@ -166,14 +169,14 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
                      system_config=system_config, warm_up=warm_up) as lab:
         for config in variants:
             print(f"[lab]{setting} {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "
-                  f"{config.batch_bytes / 2**20:.1f} MiB batches, {config.batches_per_consumer} batches x "
+                  f"{config.batch_bytes / MiB:.1f} MiB batches, {config.batches_per_consumer} batches x "
                   f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step ...", flush=True)
             t = time.perf_counter()
             runs = lab.run(config)
             wall[config.name] = round(time.perf_counter() - t, 1)
             for r in runs:
-                print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / 2**20:.0f} MiB, budget {r.budget_bytes / 2**20:.0f} MiB, "
-                      f"Ray Data believed {r.believed_peak_bytes / 2**20:.0f} MiB, hidden {r.hidden_peak_bytes / 2**20:.0f} MiB "
+                print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / MiB:.0f} MiB, budget {r.budget_bytes / MiB:.0f} MiB, "
+                      f"Ray Data believed {r.believed_peak_bytes / MiB:.0f} MiB, hidden {r.hidden_peak_bytes / MiB:.0f} MiB "
                       f"({r.hidden_batches_per_consumer:.1f} batches/consumer)", flush=True)
             results += runs
     return results

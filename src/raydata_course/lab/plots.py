@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raydata_course.lab.workload import MiB
+from raydata_course.units import MiB
 
 __all__ = ["plot_timeline", "plot_breakdown", "plot_memory_split", "plot_pull_vs_push"]
 

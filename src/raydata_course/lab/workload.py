@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from raydata_course.units import MiB
+
 __all__ = [
     "IMAGE_SIDE",
     "ENCODED_SIDE",
     "ROW_BYTES",
-    "MiB",
     "LabConfig",
     "rows_for_batch_bytes",
     "decode_and_augment",
@@ -38,7 +39,6 @@ __all__ = [
     "train_loop_per_worker",
 ]
 
-MiB = 1024**2
 IMAGE_SIDE = 224
 ENCODED_SIDE = 240
 #: bytes of one decoded row: a (3, 224, 224) uint8 image and an int64 label.
@@ -73,7 +73,7 @@ class LabConfig:
             dataset (and, under Ray Train, of the split), so each is measured as a repeat.
         split: how Ray Train shards the data (train mode): ``"pull"`` is Ray's
             ``streaming_split``; ``"push"`` is :func:`raydata_course.push_split.push_split`
-            through :class:`raydata_course.push_train.PushDataConfig`. The training loop
+            through :class:`raydata_course.push_split.train.PushDataConfig`. The training loop
             is the same for both.
     """
 
@@ -304,7 +304,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     import ray.train.torch
     import torch
 
-    from raydata_course.lab.probes import RECORDER_NAME, RECORDER_NAMESPACE
+    from raydata_course.measure.raydata import RECORDER_NAME, RECORDER_NAMESPACE
 
     config = LabConfig(**loop_config)
     device = ray.train.torch.get_device()

@@ -1,91 +1,53 @@
-"""``make student-bundle``: the zip that students get (grader only).
+"""``make student-bundle``: the zip that students get, and the proof that it leaks nothing.
 
-    python -m raydata_course.bundle [--out build/student-bundle.zip]
+    python -m raydata_grader bundle [--out build/student-bundle.zip]
 
-The zip holds one folder, ``streaming-ray-data/``, with:
+The zip holds one folder, ``streaming-ray-data/``, built from the two sides of the course by
+construction: everything on the student's side and nothing else.
 
-- ``README.md``: set-up and working instructions for students;
-- ``requirements.txt``, ``requirements-lock.txt``, ``environment.yml``, ``pyproject.toml`` and
-  a student ``Makefile`` (``setup``, ``jupyter``, ``check``, ``lab-quick``);
-- ``chapters/`` and ``exercises/`` (the nbgrader release), and ``.pristine/exercises/``, an
+- the whole student package, ``src/raydata_course/`` (it imports nothing from the grader;
+  a test proves it), with ``pyproject.toml``, ``requirements.txt``,
+  ``requirements-lock.txt`` and ``environment.yml`` to install it;
+- ``chapters/`` and ``exercises/`` (nbgrader's release), and ``.pristine/exercises/``, an
   untouched copy of each release that the self-check compares the student's work with;
-- ``src/raydata_course/`` without its grader-only modules (:data:`GRADER_ONLY`).
-  ``raydata_course.grading`` is replaced by a student edition that keeps only
-  ``course_root`` and ``KERNEL_NAME``.
+- a student ``README.md`` and ``Makefile`` (``setup``, ``jupyter``, ``check``, ``lab-quick``).
 
-It never holds ``solutions/``, ``autograder/`` (hidden-test oracles, mutants, the nbgrader
-configuration), ``tests/`` or grading output. :func:`audit_bundle` proves it after every
-build: no such path, no solution or hidden-test marker, and none of the reference solutions',
-hidden tests', oracles' or mutants' code lines (:func:`secret_lines`) in any file.
+It never holds ``solutions/``, ``autograder/`` (this package, the hidden-test oracles,
+mutants, the nbgrader configuration), ``tests/`` or grading output. :func:`audit_bundle` proves
+it after every build: no such path, no module that imports the grader, no solution or
+hidden-test marker, and none of the reference solutions', hidden tests', oracles' or mutants'
+code lines (:func:`secret_lines`) in any file.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
+import copy
 import html
 import re
-import sys
 import zipfile
 from pathlib import Path
 
 import nbformat
 
-from raydata_course import grading
+from raydata_course.layout import KERNEL_DISPLAY_NAME
+from raydata_grader.mutants import load_mutants
+from raydata_grader.paths import instructor_root
 
-__all__ = ["GRADER_ONLY", "build_bundle", "audit_bundle", "secret_lines", "find_secrets", "html_text"]
+__all__ = ["PACKAGE", "SETUP_FILES", "build_bundle", "audit_bundle", "secret_lines", "find_secrets", "html_text"]
 
 TOP = "streaming-ray-data"
-#: Package modules that only the grader uses (paths under ``src/raydata_course/``).
-GRADER_ONLY = (
-    "grading.py",
-    "course.py",
-    "release.py",
-    "bundle.py",
-    "classroom/grade.py",
-    "classroom/sandbox.py",
-    "classroom/preprocessors.py",
-)
+#: The student package, shipped whole.
+PACKAGE = "src/raydata_course"
+#: The repository files that install it.
+SETUP_FILES = ("pyproject.toml", "requirements.txt", "requirements-lock.txt", "environment.yml")
 #: Top-level folders that never go to students.
 FORBIDDEN_DIRS = ("solutions", "autograder", "tests", "build", "submitted", "autograded", "feedback", ".ci")
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "hidden_check(")
 MIN_SECRET_CHARS = 24
-
-STUDENT_GRADING = '''"""Course helpers for notebooks (student edition).
-
-The instructor's edition of this module holds the grading machinery, which stays with the
-grader. Notebooks use only :func:`course_root` and :data:`KERNEL_NAME`.
-"""
-
-from __future__ import annotations
-
-import os
-from pathlib import Path
-
-__all__ = ["KERNEL_NAME", "course_root"]
-
-#: The Jupyter kernel the course registers in its virtual environment.
-KERNEL_NAME = "raydata-course"
-
-
-def course_root() -> Path:
-    """Return the course folder (the one holding ``chapters/`` and ``exercises/``).
-
-    ``$RAYDATA_COURSE_ROOT`` wins; otherwise the folder this package is installed from
-    (editable install), then the current folder and its parents.
-
-    Raises:
-        FileNotFoundError: if no such folder is found.
-    """
-    candidates = [Path(os.environ["RAYDATA_COURSE_ROOT"])] if os.environ.get("RAYDATA_COURSE_ROOT") else []
-    here = Path.cwd().resolve()
-    candidates += [Path(__file__).resolve().parents[2], here, *here.parents]
-    for root in candidates:
-        if (root / "chapters").is_dir() and (root / "exercises").is_dir():
-            return root
-    raise FileNotFoundError("Could not find the course folder (with chapters/ and exercises/); run from inside it "
-                            "or set RAYDATA_COURSE_ROOT.")
-'''
+#: The grader's package; no student file may import it.
+GRADER_PACKAGE = "raydata_grader"
+GRADER_IMPORT = re.compile(rf"^\s*(from|import)\s+{GRADER_PACKAGE}\b", re.M)
 
 STUDENT_MAKEFILE = """# Streaming Ray Data, student edition.
 #   make setup        build .venv (Python 3.11) and register the course kernel
@@ -104,13 +66,13 @@ $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
 \t$(BIN)/python -m pip install --quiet --upgrade pip
 \t$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
 \t$(BIN)/python -m pip install --quiet --no-deps -e .
-\t$(BIN)/python -m ipykernel install --sys-prefix --name raydata-course --display-name "Python (raydata-course)"
+\t$(BIN)/python -m raydata_course.layout
 \ttouch $(STAMP)
 
 setup: $(STAMP)
 
 jupyter: $(STAMP)
-\t$(RUN) $(BIN)/jupyter lab --notebook-dir=$(CURDIR) --MappingKernelManager.default_kernel_name=raydata-course
+\t$(RUN) $(BIN)/python -m raydata_course.jupyter $(ARGS)
 
 check: $(STAMP)
 \t$(RUN) $(BIN)/python -m raydata_course.classroom check exercises/$(A)/$(A).ipynb
@@ -119,7 +81,7 @@ lab-quick: $(STAMP)
 \t$(RUN) RAYDATA_COURSE_HEADLESS=1 $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick
 """
 
-STUDENT_README = """# Streaming Ray Data: student edition
+STUDENT_README = f"""# Streaming Ray Data: student edition
 
 An executable course on Ray Data pipelines for ML training ingest, pinned to **Ray 2.60.0**.
 Read the chapters in order and solve the exercise with the same number.
@@ -130,7 +92,7 @@ You need Python 3.11 and `make` (Linux or macOS):
 
 ```bash
 make setup      # builds .venv from requirements.txt (pins in requirements-lock.txt), about 1 GB of wheels,
-                # installs the raydata_course package and registers the "Python (raydata-course)" kernel
+                # installs the raydata_course package and registers the "{KERNEL_DISPLAY_NAME}" kernel
 make jupyter    # opens JupyterLab here with the course kernel
 ```
 
@@ -138,7 +100,7 @@ With conda instead:
 
 ```bash
 conda env create -f environment.yml && conda activate streaming-ray-data
-python -m ipykernel install --sys-prefix --name raydata-course --display-name "Python (raydata-course)"
+python -m raydata_course.layout    # registers the course kernel
 jupyter lab
 ```
 
@@ -147,7 +109,7 @@ jupyter lab
 - `chapters/NN_topic.ipynb` teach; `exercises/dataNN/dataNN.ipynb` are the exercises.
 - Write your code where it says `# YOUR CODE HERE` and delete the `raise NotImplementedError()`.
 - Each part has a visible test you can run and a hidden test that only the grader runs, on
-  other inputs. Do not edit, delete, copy or retype test cells; keep the kernel "Python (raydata-course)".
+  other inputs. Do not edit, delete, copy or retype test cells; keep the kernel "{KERNEL_DISPLAY_NAME}".
 - **Check before you submit.** Save the notebook, then run in a new cell
 
   ```python
@@ -171,24 +133,11 @@ def _rel(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _package_files(root: Path) -> list[tuple[str, bytes]]:
-    pkg = root / "src" / "raydata_course"
-    files = []
-    for path in sorted(pkg.rglob("*")):
-        rel = _rel(path, pkg)
-        if not path.is_file() or "__pycache__" in path.parts or rel.endswith((".pyc", ".pyo")):
-            continue
-        if rel in GRADER_ONLY:
-            continue
-        files.append((f"src/raydata_course/{rel}", path.read_bytes()))
-    files.append(("src/raydata_course/grading.py", STUDENT_GRADING.encode()))
-    return files
-
-
 def _tree(root: Path, folder: str) -> list[tuple[str, bytes]]:
     base = root / folder
     return [(_rel(p, root), p.read_bytes()) for p in sorted(base.rglob("*"))
-            if p.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(base).parts)]
+            if p.is_file() and p.suffix not in (".pyc", ".pyo")
+            and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(base).parts)]
 
 
 def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
@@ -197,20 +146,20 @@ def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
     Raises:
         RuntimeError: if the audit finds anything that must not reach students.
     """
-    root = Path(root or grading.course_root())
+    root = Path(root or instructor_root())
     out = Path(out)
     files: list[tuple[str, bytes]] = [
         ("README.md", STUDENT_README.encode()),
         ("Makefile", STUDENT_MAKEFILE.encode()),
     ]
-    for name in ("requirements.txt", "requirements-lock.txt", "environment.yml", "pyproject.toml"):
+    for name in SETUP_FILES:
         if (root / name).is_file():
             files.append((name, (root / name).read_bytes()))
     files += _tree(root, "chapters")
     exercises = _tree(root, "exercises")
     files += exercises
     files += [(f".pristine/{name}", data) for name, data in exercises if name.endswith(".ipynb")]
-    files += _package_files(root)
+    files += _tree(root, PACKAGE)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
@@ -253,16 +202,13 @@ def _code_lines(source: str) -> set[str]:
     return lines
 
 
-def _between(source: str, begin: str, end: str) -> str:
-    out, inside = [], False
-    for line in source.splitlines():
-        if begin in line:
-            inside = True
-        elif end in line:
-            inside = False
-        elif inside:
-            out.append(line)
-    return "\n".join(out)
+def _without_hidden_tests(nb):
+    """A copy of ``nb`` with its hidden-test blocks removed by nbgrader's ``ClearHiddenTests``."""
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    cleared = copy.deepcopy(nb)
+    ClearHiddenTests(enforce_metadata=False).preprocess(cleared, {})
+    return cleared
 
 
 def public_lines(root: str | Path | None = None) -> set[str]:
@@ -271,15 +217,13 @@ def public_lines(root: str | Path | None = None) -> set[str]:
     All their lines count, prose and docstrings included: a chapter may show a line in
     markdown, a module in a doctest.
     """
-    root = Path(root or grading.course_root())
+    root = Path(root or instructor_root())
     lines: set[str] = set()
     for nb_path in [*sorted((root / "chapters").glob("*.ipynb")), *sorted((root / "exercises").glob("*/*.ipynb"))]:
         for cell in nbformat.read(nb_path, as_version=4).cells:
             lines |= {_norm(ln) for ln in cell.source.splitlines()}
-    pkg = root / "src" / "raydata_course"
-    for module in sorted(pkg.rglob("*.py")):
-        if module.relative_to(pkg).as_posix() not in GRADER_ONLY:
-            lines |= {_norm(ln) for ln in module.read_text().splitlines()}
+    for module in sorted((root / PACKAGE).rglob("*.py")):
+        lines |= {_norm(ln) for ln in module.read_text().splitlines()}
     return lines
 
 
@@ -296,7 +240,7 @@ def secret_lines(root: str | Path | None = None, *, include_solutions: bool = Tr
     docstrings and string-only lines are left out, and so is every line that students have
     by design (:func:`public_lines`: a chapter may well contain ``wine = load_wine_table()``).
     """
-    root = Path(root or grading.course_root())
+    root = Path(root or instructor_root())
     secrets: dict[str, set[str]] = {"hidden": set(), "oracles": set(), "solutions": set()}
     for oracle in sorted((root / "autograder" / "oracles").glob("*.py")):
         secrets["oracles"] |= _code_lines(oracle.read_text())
@@ -307,14 +251,15 @@ def secret_lines(root: str | Path | None = None, *, include_solutions: bool = Tr
         if release_path.is_file():
             for cell in nbformat.read(release_path, as_version=4).cells:
                 released |= {_norm(ln) for ln in cell.source.splitlines()}
-        for cell in nb.cells:
+        for cell, cleared in zip(nb.cells, _without_hidden_tests(nb).cells):
             if cell.cell_type != "code":
                 continue
-            secrets["hidden"] |= {ln for ln in _code_lines(_between(cell.source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"))}
-            if include_solutions:
-                secrets["solutions"] |= _code_lines(_between(cell.source, "BEGIN SOLUTION", "END SOLUTION")) - released
+            kept = set(cleared.source.splitlines())
+            secrets["hidden"] |= _code_lines("\n".join(ln for ln in cell.source.splitlines() if ln not in kept))
+            if include_solutions:  # what the release does not show of the rest: the solution
+                secrets["solutions"] |= _code_lines(cleared.source) - released
         if include_solutions:
-            for mutant in grading.load_mutants(src.parent.name, root):
+            for mutant in load_mutants(src.parent.name, root):
                 for code in mutant.answers.values():
                     secrets["solutions"] |= _code_lines(code) - released
     public = "\n".join(public_lines(root))
@@ -350,31 +295,12 @@ def audit_bundle(zip_path: str | Path, root: str | Path | None = None) -> list[s
             if parts[0] in FORBIDDEN_DIRS:
                 leaks.append(f"{rel}: a grader-only folder")
                 continue
-            if rel.startswith("src/raydata_course/") and rel[len("src/raydata_course/"):] in GRADER_ONLY \
-                    and rel != "src/raydata_course/grading.py":
-                leaks.append(f"{rel}: a grader-only module")
-                continue
             data = z.read(name)
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
                 continue
-            if rel == "src/raydata_course/grading.py" and text != STUDENT_GRADING:
-                leaks.append(f"{rel}: not the student edition")
+            if rel.endswith(".py") and GRADER_IMPORT.search(text):
+                leaks.append(f"{rel}: imports the grader ({GRADER_PACKAGE})")
             leaks += [f"{rel}: {hit}" for hit in find_secrets(text, secrets)]
     return leaks
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build the student bundle (a zip) and prove it holds no grader material.")
-    parser.add_argument("--out", default="build/student-bundle.zip")
-    args = parser.parse_args(argv)
-    path = build_bundle(args.out)
-    with zipfile.ZipFile(path) as z:
-        names = z.namelist()
-    print(f"[student-bundle] wrote {path} ({path.stat().st_size / 1024**2:.1f} MiB, {len(names)} files); audit clean")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

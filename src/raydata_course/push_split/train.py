@@ -1,4 +1,4 @@
-"""Ray Train integration of :func:`raydata_course.push_split.push_split`.
+"""The Ray Train hook of the push-based split: :class:`PushDataConfig`.
 
 ``TorchTrainer(..., dataset_config=PushDataConfig())`` gives every worker a push-fed shard
 instead of a ``streaming_split`` one. The training loop does not change: it still calls
@@ -53,7 +53,7 @@ class PushDataConfig(DataConfig):
     def configure(self, datasets: Dict[str, object], world_size: int, worker_handles: Optional[list],
                   worker_node_ids: Optional[list], **kwargs) -> List[Dict[str, object]]:
         """Return, per worker rank, ``{dataset name: iterator}``; split datasets get a
-        :class:`~raydata_course.push_split.PushSplitIterator`."""
+        :class:`~raydata_course.push_split.iterator.PushSplitIterator`."""
         output: List[Dict[str, object]] = [{} for _ in range(world_size)]
         for name, ds in datasets.items():
             if ds.name is None:

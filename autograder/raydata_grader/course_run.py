@@ -1,6 +1,6 @@
-"""The course's main job: run every chapter headless and grade every reference solution.
+"""``make course``, the course's main job: run every chapter, grade every reference solution.
 
-``make course`` runs ``python -m raydata_course.course``. It writes, under ``build/course/``:
+``make course`` runs ``python -m raydata_grader course``. It writes, under ``build/course/``:
 
 - ``chapters/<name>.ipynb``: each chapter, executed top to bottom in a fresh kernel on the
   embedded local Ray cluster;
@@ -17,22 +17,24 @@ quick lab does not reproduce the overage.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from raydata_course import grading
 from raydata_course.notebooks import execute_notebook
+from raydata_course.tables import markdown_table
+from raydata_grader.answers import reference_submission
+from raydata_grader.course_dir import autograde, plant_submission, prepare_course_dir
+from raydata_grader.paths import ASSIGNMENTS, instructor_root, release_notebook
 
-__all__ = ["chapter_notebooks", "run_chapters", "grade_references", "main"]
+__all__ = ["chapter_notebooks", "run_chapters", "grade_references", "run_quick_lab", "run_course"]
 
 
 def chapter_notebooks(root: Path | None = None) -> list[Path]:
     """The chapter notebooks, ``chapters/NN_*.ipynb``, in order."""
-    root = root or grading.course_root()
+    root = root or instructor_root()
     return sorted((root / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -52,14 +54,14 @@ def grade_references(course_dir: Path) -> list[dict]:
     """Autograde each assignment's reference submission in a scratch course folder."""
     if course_dir.exists():
         shutil.rmtree(course_dir)
-    grading.prepare_course_dir(course_dir)
+    prepare_course_dir(course_dir)
     records = []
-    for assignment in grading.ASSIGNMENTS:
+    for assignment in ASSIGNMENTS:
         print(f"[course] grading the reference solution of {assignment} ...", flush=True)
-        grading.plant_submission(course_dir, assignment, "reference",
-                                 grading.reference_submission(assignment, grading.release_notebook(assignment, course_dir)))
+        plant_submission(course_dir, assignment, "reference",
+                         reference_submission(assignment, release_notebook(assignment, course_dir)))
         t0 = time.perf_counter()
-        score = grading.autograde(course_dir, assignment, "reference")
+        score = autograde(course_dir, assignment, "reference")
         seconds = time.perf_counter() - t0
         print(f"[course]   {score.score:g}/{score.max_score:g} in {seconds:.1f} s", flush=True)
         records.append({"assignment": assignment, "score": score.score, "max_score": score.max_score,
@@ -92,51 +94,48 @@ def _summary_markdown(chapters: list[dict], exercises: list[dict], wall_s: float
 
     from raydata_course import __version__
 
+    notebooks = [[c["notebook"], c["status"] + (": " + c["error"] if c["error"] else ""), f"{c['seconds']:.1f}"]
+                 for c in chapters]
+    scores = [[e["assignment"], f"{e['score']:g} / {e['max_score']:g}" + ("" if e["success"] else " (autograde failed)"),
+               f"{e['seconds']:.1f}"] for e in exercises]
     lines = ["# Streaming Ray Data: course run", "",
              f"raydata_course {__version__}, Ray {ray.__version__}; wall time {wall_s:.0f} s.", "",
-             "## Notebooks", "", "| notebook | status | seconds |", "|---|---|---:|"]
-    lines += [f"| {c['notebook']} | {c['status']}{': ' + c['error'] if c['error'] else ''} | {c['seconds']:.1f} |"
-              for c in chapters]
-    lines += ["", "## Reference solutions (autograded with hidden tests)", "",
-              "| exercise | score | seconds |", "|---|---:|---:|"]
-    lines += [f"| {e['assignment']} | {e['score']:g} / {e['max_score']:g}{'' if e['success'] else ' (autograde failed)'} | {e['seconds']:.1f} |"
-              for e in exercises]
+             "## Notebooks", "", markdown_table(["notebook", "status", "seconds"], notebooks, align="llr"),
+             "", "## Reference solutions (autograded with hidden tests)", "",
+             markdown_table(["exercise", "score", "seconds"], scores, align="lrr")]
     if lab is not None:
         lines += ["", f"## Training-ingest lab, quick mode: {lab['status']} in {lab['seconds']:.1f} s", "", lab["table"]]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m raydata_course.course", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("build/course"), help="output folder (default build/course)")
-    parser.add_argument("--skip-chapters", action="store_true", help="only grade the reference solutions")
-    parser.add_argument("--skip-grading", action="store_true", help="do not grade the reference solutions")
-    parser.add_argument("--skip-lab", action="store_true", help="do not run the quick lab")
-    args = parser.parse_args(argv)
+def run_course(out: Path, *, chapters: bool = True, grading: bool = True, lab: bool = True) -> int:
+    """Run the course's main job into ``out``; return the exit status (0: everything passed).
 
+    Args:
+        out: output folder (``build/course`` from ``make course``).
+        chapters: run the chapters.
+        grading: grade the reference solutions.
+        lab: run the quick lab.
+    """
     t0 = time.perf_counter()
-    out = args.out.resolve()
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    chapters = [] if args.skip_chapters else run_chapters(out / "chapters")
-    exercises = [] if args.skip_grading else grade_references(out / "grading")
-    lab = None if args.skip_lab else run_quick_lab(out / "lab")
+    chapter_records = run_chapters(out / "chapters") if chapters else []
+    exercises = grade_references(out / "grading") if grading else []
+    lab_record = run_quick_lab(out / "lab") if lab else None
     wall_s = time.perf_counter() - t0
-    (out / "summary.json").write_text(json.dumps({"chapters": chapters, "exercises": exercises, "lab": lab,
-                                                  "wall_s": round(wall_s, 1)}, indent=2))
-    summary = _summary_markdown(chapters, exercises, wall_s, lab)
+    (out / "summary.json").write_text(json.dumps({"chapters": chapter_records, "exercises": exercises,
+                                                  "lab": lab_record, "wall_s": round(wall_s, 1)}, indent=2))
+    summary = _summary_markdown(chapter_records, exercises, wall_s, lab_record)
     (out / "summary.md").write_text(summary)
     print(summary)
     print(f"[course] wrote {out / 'summary.md'}")
-    failed = [c["notebook"] for c in chapters if c["status"] != "ok"]
+    failed = [c["notebook"] for c in chapter_records if c["status"] != "ok"]
     failed += [e["assignment"] for e in exercises if not e["success"] or e["score"] < e["max_score"]]
-    if lab is not None and lab["status"] != "ok":
+    if lab_record is not None and lab_record["status"] != "ok":
         failed.append("lab (quick)")
     if failed:
         print(f"[course] FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,25 @@
+"""The instructor's side of the course: everything only the grader may have.
+
+It imports :mod:`raydata_course` (the student package) and is never imported by it. Nothing
+here is shipped to students: the student bundle is the student package, the chapters, the
+released exercises and the set-up files (:mod:`.bundle` builds it and proves it).
+
+Modules, by job:
+
+- course facts of the instructor's checkout: :mod:`.paths`;
+- nbgrader, configured for the course: :mod:`.course_dir` (configuration, release, autograde,
+  gradebook), :mod:`.nbgrader_steps` (the course's preprocessors), :mod:`.hidden` (the
+  hidden-test loader that graded kernels call);
+- testing the tests: :mod:`.answers` (reference answers into a release) and :mod:`.mutants`
+  (plausible wrong answers, and which of them may share a graded notebook);
+- grading a class (``make grade``): :mod:`.grade` runs it; :mod:`.intake` finds submissions,
+  :mod:`.sandbox` limits each autograde, :mod:`.worker` is the autograde inside it,
+  :mod:`.outcome` turns how it ended into a status, :mod:`.records` keeps the rows,
+  :mod:`.feedback` writes the students' pages and :mod:`.summary` the class summary;
+- the other instructor commands: :mod:`.release` (``make release``), :mod:`.course_run`
+  (``make course``), :mod:`.bundle` (``make student-bundle``), :mod:`.formgrader`
+  (``make jupyter`` with formgrader on a grading folder);
+- one command line for all of them: ``python -m raydata_grader`` (:mod:`.__main__`).
+"""
+
+__version__ = "0.1.0"

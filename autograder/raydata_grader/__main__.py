@@ -1,0 +1,122 @@
+"""The instructor's command line: ``python -m raydata_grader COMMAND ...``.
+
+========================  ===================================================================
+``grade SUBMISSIONS``     grade a class (``make grade SUBMISSIONS=path``): ``--out DIR``,
+                          ``--assignment ID`` (repeatable), ``--cell-timeout S``,
+                          ``--notebook-timeout S``, ``--memory-gib G``,
+                          ``--max-output-chars N``, ``--ray-address ADDR``, ``--force``
+``release [ID ...]``      regenerate ``exercises/`` from ``solutions/`` (``make release``)
+``course``                run every chapter, grade every reference solution, run the quick
+                          lab (``make course``): ``--out DIR``, ``--skip-chapters``,
+                          ``--skip-grading``, ``--skip-lab``
+``bundle``                build the student zip and audit it (``make student-bundle``):
+                          ``--out FILE``
+``jupyter``               JupyterLab with formgrader (``make jupyter``): ``--port N``,
+                          ``--no-browser``, ``--grading DIR``, other ``jupyter lab`` options
+========================  ===================================================================
+
+Exit status 0 on success, 1 when the job ran and failed (``course``), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from raydata_course.layout import GRADER_CELL_TIMEOUT_S
+from raydata_course.units import GiB
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m raydata_grader", description="The course's instructor commands.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade a class's submissions with nbgrader")
+    g.add_argument("submissions", help="folder of <student>/<assignment>/*.ipynb folders or <student>.zip files")
+    g.add_argument("--out", default="build/grading", help="grading folder, reused by later runs (default: build/grading)")
+    g.add_argument("--assignment", action="append", dest="assignments", help="grade only this assignment (repeatable)")
+    g.add_argument("--cell-timeout", type=int, default=GRADER_CELL_TIMEOUT_S,
+                   help=f"per-cell timeout in seconds (default {GRADER_CELL_TIMEOUT_S})")
+    g.add_argument("--notebook-timeout", type=int, default=1200, help="per-notebook wall-time limit in seconds (default 1200)")
+    g.add_argument("--memory-gib", type=float, default=6.0, help="per-notebook memory limit in GiB (default 6)")
+    g.add_argument("--max-output-chars", type=int, default=20_000, help="output kept per cell, in characters")
+    g.add_argument("--ray-address", default=None,
+                   help="connect every kernel to this running Ray cluster instead of a fresh runtime per notebook")
+    g.add_argument("--force", action="store_true", help="re-grade submissions that are unchanged since the last run")
+    r = sub.add_parser("release", help="regenerate exercises/ from solutions/")
+    r.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    c = sub.add_parser("course", help="run the chapters, grade the reference solutions, run the quick lab")
+    c.add_argument("--out", type=Path, default=Path("build/course"), help="output folder (default build/course)")
+    c.add_argument("--skip-chapters", action="store_true", help="do not run the chapters")
+    c.add_argument("--skip-grading", action="store_true", help="do not grade the reference solutions")
+    c.add_argument("--skip-lab", action="store_true", help="do not run the quick lab")
+    b = sub.add_parser("bundle", help="build the student zip and prove it holds no grader material")
+    b.add_argument("--out", type=Path, default=Path("build/student-bundle.zip"))
+    j = sub.add_parser("jupyter", help="JupyterLab on the course, with formgrader")
+    j.add_argument("--port", type=int, default=None, help="listen on this port only")
+    j.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    j.add_argument("--grading", default=None, metavar="DIR",
+                   help="show this grading folder (e.g. build/grading from `make grade`) in formgrader")
+    return parser
+
+
+def _grade(args) -> int:
+    from raydata_grader.grade import GradeOptions, grade_class
+
+    def stop(signum, frame):  # SIGTERM unwinds like Ctrl-C, so running jobs are killed, not orphaned
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    options = GradeOptions(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
+                           memory_bytes=int(args.memory_gib * GiB), max_output_chars=args.max_output_chars,
+                           ray_address=args.ray_address, force=args.force,
+                           assignments=tuple(args.assignments) if args.assignments else None)
+    grade_class(args.submissions, args.out, options)
+    return 0
+
+
+def _bundle(args) -> int:
+    import zipfile
+
+    from raydata_course.units import MiB
+    from raydata_grader.bundle import build_bundle
+
+    path = build_bundle(args.out)
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    print(f"[student-bundle] wrote {path} ({path.stat().st_size / MiB:.1f} MiB, {len(names)} files); audit clean")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; return the exit status."""
+    args, rest = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    if rest and args.command != "jupyter":
+        _parser().error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        if args.command == "grade":
+            return _grade(args)
+        if args.command == "release":
+            from raydata_grader.release import release_exercises
+
+            release_exercises(tuple(args.assignments))
+            return 0
+        if args.command == "course":
+            from raydata_grader.course_run import run_course
+
+            return run_course(args.out, chapters=not args.skip_chapters, grading=not args.skip_grading,
+                              lab=not args.skip_lab)
+        if args.command == "bundle":
+            return _bundle(args)
+        from raydata_grader.formgrader import launch
+
+        launch(port=args.port, open_browser=not args.no_browser, grading=args.grading, extra_args=rest)
+        return 0  # not reached
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"[{args.command}] error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""nbgrader, configured for the course: configuration, release, autograde and the gradebook.
+
+The course's nbgrader configuration is ``autograder/nbgrader_config.py``: ``solutions/`` is
+nbgrader's *source*, ``exercises/`` its *release*, and the course's own preprocessors
+(:mod:`raydata_grader.nbgrader_steps`) run in autograde and feedback. Everything here goes
+through :class:`nbgrader.apps.NbGraderAPI`, in the course root or in a scratch course folder
+(``make course``, the tests, ``make grade``), never by shelling out to ``nbgrader``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from raydata_course._util import temporary_env
+from raydata_course.layout import HEADLESS_ENV, ORACLES_ENV
+from raydata_grader.paths import ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook
+
+__all__ = [
+    "nbgrader_config",
+    "nbgrader_api",
+    "release",
+    "prepare_course_dir",
+    "plant_submission",
+    "SubmissionScore",
+    "autograde",
+    "submission_score",
+]
+
+
+def nbgrader_config(course_dir: str | os.PathLike | None = None, **overrides: Any):
+    """Load ``autograder/nbgrader_config.py``, optionally re-rooted at ``course_dir``.
+
+    Args:
+        course_dir: run nbgrader in this folder instead of the course root (its own
+            ``solutions/``, ``exercises/``, ``submitted/`` and ``gradebook.db``).
+        **overrides: ``"Class.trait"`` keys set on top, e.g. ``{"Execute.timeout": 60}``.
+
+    Returns:
+        A ``traitlets.config.Config``.
+    """
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    path = nbgrader_config_file()
+    config = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    if course_dir is not None:
+        course_dir = Path(course_dir).resolve()
+        config.CourseDirectory.root = str(course_dir)
+        config.CourseDirectory.db_url = f"sqlite:///{course_dir / 'gradebook.db'}"
+    extra = Config()
+    for key, value in overrides.items():
+        cls, trait = key.split(".")
+        extra[cls][trait] = value
+    config.merge(extra)
+    return config
+
+
+def nbgrader_api(config):
+    """Return an :class:`nbgrader.apps.NbGraderAPI` for ``config``, quiet about the exchange."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    coursedir = CourseDirectory(config=config)
+    return NbGraderAPI(coursedir=coursedir, config=config)
+
+
+def release(
+    assignments: tuple[str, ...] = ASSIGNMENTS, course_dir: str | os.PathLike | None = None
+) -> list[Path]:
+    """Regenerate the student release of each assignment with ``nbgrader generate_assignment``.
+
+    Args:
+        assignments: assignment ids.
+        course_dir: generate inside this folder (which must hold ``solutions/``) instead of
+            the course root.
+
+    Returns:
+        The release notebooks written.
+
+    Raises:
+        RuntimeError: with nbgrader's log, if generation fails.
+    """
+    config = nbgrader_config(course_dir)
+    api = nbgrader_api(config)
+    root = Path(config.CourseDirectory.root)
+    written = []
+    for assignment in assignments:
+        result = api.generate_assignment(assignment, force=True)
+        if not result["success"]:
+            raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{result.get('log', '')}\n{result.get('error', '')}")
+        written.append(release_notebook(assignment, root))
+    return written
+
+
+def prepare_course_dir(course_dir: str | os.PathLike, assignments: tuple[str, ...] = ASSIGNMENTS) -> Path:
+    """Make a scratch nbgrader course: copy ``solutions/`` and generate the release there.
+
+    Generating (rather than copying ``exercises/``) also records every assignment and its
+    source cells in the scratch gradebook, which ``autograde`` needs.
+
+    Args:
+        course_dir: an empty or missing folder.
+        assignments: assignment ids to release.
+
+    Returns:
+        ``course_dir`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        FileExistsError: if ``course_dir`` exists and is not empty.
+    """
+    folder = Path(course_dir)
+    if folder.exists() and any(folder.iterdir()):
+        raise FileExistsError(f"{folder} is not empty; give prepare_course_dir a new folder.")
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(instructor_root() / "solutions", folder / "solutions")
+    release(assignments, course_dir=folder)
+    return folder
+
+
+def plant_submission(
+    course_dir: str | os.PathLike, assignment: str, student: str, notebook
+) -> Path:
+    """Put ``notebook`` (an nbformat notebook or a path) where nbgrader expects a submission.
+
+    Returns:
+        ``<course_dir>/submitted/<student>/<assignment>/<assignment>.ipynb``.
+    """
+    target = Path(course_dir) / "submitted" / student / assignment / f"{assignment}.ipynb"
+    if target.parent.exists():
+        shutil.rmtree(target.parent)
+    target.parent.mkdir(parents=True)
+    if isinstance(notebook, (str, os.PathLike)):
+        shutil.copyfile(notebook, target)
+    else:
+        nbformat.write(notebook, target)
+    return target
+
+
+@dataclass
+class SubmissionScore:
+    """Scores of one autograded submission, read from nbgrader's gradebook.
+
+    Attributes:
+        assignment: assignment id.
+        student: student id.
+        score: points earned.
+        max_score: points available.
+        cells: ``{grade_id: (score, max_score)}`` for every grade cell.
+        success: whether ``nbgrader autograde`` completed.
+        log: nbgrader's captured log.
+    """
+
+    assignment: str
+    student: str
+    score: float
+    max_score: float
+    cells: dict[str, tuple[float, float]] = field(default_factory=dict)
+    success: bool = True
+    log: str = ""
+
+
+def autograde(
+    course_dir: str | os.PathLike,
+    assignment: str,
+    student: str,
+    *,
+    env: dict[str, str] | None = None,
+    **overrides: Any,
+) -> SubmissionScore:
+    """Autograde one planted submission with hidden oracles available, and read its scores.
+
+    Args:
+        course_dir: the course folder holding ``solutions/``, ``submitted/`` and the gradebook.
+        assignment: assignment id.
+        student: student id (a folder under ``submitted/``).
+        env: extra environment for the grading kernel, e.g. ``{"RAY_ADDRESS": addr}`` to grade
+            on a running cluster instead of starting one per notebook.
+        **overrides: nbgrader config overrides, see :func:`nbgrader_config`.
+
+    Returns:
+        A :class:`SubmissionScore`. ``success`` is False when nbgrader could not grade the
+        notebook; the score is then 0 and ``log`` says why.
+    """
+    config = nbgrader_config(course_dir, **overrides)
+    api = nbgrader_api(config)
+    with temporary_env({ORACLES_ENV: str(oracles_dir()), HEADLESS_ENV: "1", **(env or {})}):
+        result = api.autograde(assignment, student, force=True)
+    log = (result.get("log") or "") + (result.get("error") or "")
+    if not result["success"]:
+        return SubmissionScore(assignment, student, 0.0, 0.0, {}, False, log)
+    return submission_score(course_dir, assignment, student, log=log)
+
+
+def submission_score(course_dir: str | os.PathLike, assignment: str, student: str, log: str = "") -> SubmissionScore:
+    """Read one submission's total and per-cell scores from ``<course_dir>/gradebook.db``."""
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{Path(course_dir).resolve() / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        sub = gb.find_submission(assignment, student)
+        cells = {
+            g.name: (float(g.score), float(g.max_score)) for nb in sub.notebooks for g in nb.grades
+        }
+        return SubmissionScore(assignment, student, float(sub.score), float(sub.max_score), cells, True, log)

@@ -1,0 +1,102 @@
+"""How one sandboxed autograde ended, as a status and a message an instructor can act on.
+
+:func:`classify` reads the worker's result file, the sandbox's :class:`~.sandbox.RunOutcome`
+and the executor's progress record, and decides: ``graded``, ``timeout`` or ``crashed``, the
+score and per-cell scores, and one sentence per thing that went wrong. A failure is never a
+silent 0.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from raydata_course.units import GiB
+from raydata_grader.worker import IOPUB_TIMEOUT_S
+
+__all__ = ["MEMORY_ERRORS", "classify", "read_json"]
+
+#: Exceptions that mean a cell ran out of memory.
+MEMORY_ERRORS = ("MemoryError", "OutOfMemoryError", "ObjectStoreFullError")
+
+
+def _where(progress: dict | None) -> str:
+    if not progress:
+        return "before the first cell"
+    gid = progress.get("grade_id")
+    return f"cell {gid!r}" if gid else f"cell {progress.get('index', 0) + 1} (one of your own cells)"
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def classify(result: dict | None, outcome, progress: dict | None, options,
+              instructor_cells: frozenset[str] = frozenset()) -> tuple[str, float, dict, list[str]]:
+    """(status, score, cells, messages) of one sandboxed autograde.
+
+    ``options`` is the run's :class:`~raydata_grader.grade.GradeOptions` (its limits are
+    named in the messages).
+
+    ``instructor_cells`` are the release's read-only code cells that earn no points (set-up,
+    tear-down). They are the instructor's code, put back by nbgrader, so an error there means
+    the grading environment failed (Ray could not start on an overloaded machine, say), not
+    the student: the row is ``crashed`` and says to grade it again.
+    """
+    if outcome.killed == "timeout":
+        return "timeout", 0.0, {}, [f"stopped after the per-notebook limit of {options.notebook_timeout_s} s, "
+                                    f"while running {_where(progress)} (nothing was graded)"]
+    if outcome.killed == "memory":
+        return "crashed", 0.0, {}, [f"stopped for using {outcome.peak_bytes / GiB:.1f} GiB, over the memory limit of "
+                                    f"{options.memory_bytes / GiB:.1f} GiB, while running {_where(progress)} (nothing was graded)"]
+    if not result or not result.get("success"):
+        log = (result or {}).get("log", "")
+        if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
+            ended_s = outcome.ended_s or time.time()
+            if progress and progress.get("started_s") and ended_s - progress["started_s"] >= options.cell_timeout_s:
+                # nbgrader interrupts a cell at the limit; a kernel interrupted inside Ray's
+                # client code can die of it (measured: data02's hidden tests under a short limit).
+                return "timeout", 0.0, {}, [
+                    f"{_where(progress)} ran past the per-cell limit of {options.cell_timeout_s} s, and the kernel "
+                    "died when it was interrupted (Ray code stopped in the middle of a call can take the "
+                    "kernel down): nothing after it ran, nothing was graded"]
+            why = (f"the kernel died while running {_where(progress)} (os._exit(), sys.exit() in a subprocess, a crash in "
+                   "native code, or running out of memory): nothing after it ran, nothing was graded")
+        elif "Timeout waiting for IOPub output" in log:
+            why = (f"the kernel stopped sending output for {IOPUB_TIMEOUT_S} s while running {_where(progress)}, "
+                   "usually because the grading machine was overloaded: grade it again with --force")
+        else:
+            last = [ln for ln in log.strip().splitlines() if ln.strip()][-1:] or [f"exit status {outcome.returncode}"]
+            why = f"nbgrader could not grade it ({last[0][:300]}), nothing was graded"
+        return "crashed", 0.0, {}, [why]
+    cells = result.get("cells", {})
+    score = float(result.get("score", 0.0))
+    errors = result.get("errors", [])
+    messages = []
+    timeouts = [e for e in errors if e["ename"] in ("CellTimeoutError", "TimeoutError") or "CellTimeoutError" in e["evalue"]]
+    memory = [e for e in errors if e["ename"] in MEMORY_ERRORS]
+    status = "graded"
+    broken = [e for e in errors if e["grade_id"] in instructor_cells]
+    if broken:
+        status = "crashed"
+        e = broken[0]
+        messages.append(f"the instructor's cell {e['grade_id']!r} failed ({e['ename']}: {e['evalue'][:200]}): the grading "
+                        "environment failed, not necessarily the student's code: grade it again with --force")
+    if timeouts:
+        status = "timeout" if status == "graded" else status
+        names = sorted({e["grade_id"] or f"cell {e['index'] + 1}" for e in timeouts})
+        messages.append(f"{', '.join(names)} ran past the per-cell limit of {options.cell_timeout_s} s and "
+                        "was interrupted (the other cells were graded)")
+    if memory:
+        status = "crashed"  # over "timeout": a notebook that ran out of memory may also have timed out
+        names = sorted({e["grade_id"] or f"cell {e['index'] + 1}" for e in memory})
+        messages.append(f"{', '.join(names)} ran out of memory ({memory[0]['ename']}; the limit is "
+                        f"{options.memory_bytes / GiB:.1f} GiB), the other cells were graded")
+    failed = sorted(k for k, (s, m) in cells.items() if s < m)
+    if failed:
+        messages.append("lost points in " + ", ".join(failed))
+    return status, score, cells, messages

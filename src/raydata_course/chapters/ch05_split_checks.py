@@ -1,0 +1,297 @@
+"""Checking what a ``streaming_split`` delivered: every row once, and nobody stuck.
+
+Chapter 05, exercise data05 and its grader share this module:
+
+- :func:`id_probe_table` / :func:`ids_from_features`: digits-shaped rows whose pixels spell
+  out the row's id, so that a check can tell from the *features* alone which rows a
+  training loop saw, and :func:`row_coverage` to count missing and repeated rows;
+- :func:`run_with_timeout`: run a call that may block forever and give up after a deadline;
+  :func:`run_split_readers` does the same for code that reads ``streaming_split``
+  iterators, and on a timeout also ends the blocked readers, so nothing stays stuck.
+
+Examples:
+    >>> from raydata_course.chapters.ch05_torch_ingest import digits_arrays
+    >>> probe = id_probe_table(300)
+    >>> ids = ids_from_features(digits_arrays(probe)[0])
+    >>> bool((ids == np.arange(300)).all())
+    True
+    >>> row_coverage([0, 1, 1, 3], num_rows=4)
+    RowCoverage(num_rows=4, seen=4, missing=1, repeated=1, unknown=0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from raydata_course.chapters.ch05_torch_ingest import DIGITS_NUM_CLASSES, DIGITS_NUM_FEATURES, DIGITS_PIXEL_MAX
+
+__all__ = [
+    "id_probe_table",
+    "ids_from_features",
+    "RowCoverage",
+    "row_coverage",
+    "run_with_timeout",
+    "track_split_coordinators",
+    "run_split_readers",
+]
+
+#: Leading pixels of a probe row that spell its id, in base 17 (pixels are 0-16).
+_PROBE_ID_PIXELS = 4
+
+
+def id_probe_table(num_rows: int, seed: int = 0) -> pa.Table:
+    """Digits-shaped rows whose features identify the row.
+
+    The first four pixels of row ``i`` are the base-17 digits of ``i`` (most significant
+    first); the other 60 are random grey levels; ``label`` is ``i % 10``. The schema is that
+    of :func:`raydata_course.data.load_digits_table` (``pixels``, ``label``), so any ingest
+    path built for the digits accepts it, and :func:`ids_from_features` recovers ``i`` from
+    the features that path produces.
+
+    Args:
+        num_rows: rows to make, between 1 and 83,521.
+        seed: seed of the random pixels.
+
+    Returns:
+        An Arrow table of ``num_rows`` rows in id order.
+
+    Raises:
+        ValueError: if ``num_rows`` is out of range.
+    """
+    base = DIGITS_PIXEL_MAX + 1
+    if not 1 <= num_rows <= base**_PROBE_ID_PIXELS:
+        raise ValueError(f"num_rows must be between 1 and {base ** _PROBE_ID_PIXELS}, got {num_rows!r}.")
+    ids = np.arange(num_rows, dtype=np.int64)
+    pixels = np.random.default_rng(seed).integers(0, base, size=(num_rows, DIGITS_NUM_FEATURES), dtype=np.uint8)
+    for k in range(_PROBE_ID_PIXELS):
+        pixels[:, k] = (ids // base ** (_PROBE_ID_PIXELS - 1 - k)) % base
+    column = pa.FixedSizeListArray.from_arrays(pa.array(pixels.reshape(-1)), DIGITS_NUM_FEATURES)
+    return pa.table({"pixels": column, "label": pa.array(ids % DIGITS_NUM_CLASSES)})
+
+
+def ids_from_features(features: Any) -> np.ndarray:
+    """Recover the row ids of :func:`id_probe_table` rows from their features.
+
+    Args:
+        features: shape ``(n, 64)``, ``pixels / 16`` (any float dtype, any device).
+
+    Returns:
+        ``int64`` ids of shape ``(n,)``.
+
+    Raises:
+        ValueError: if ``features`` is not two-dimensional with 64 columns.
+    """
+    if hasattr(features, "detach"):  # a torch tensor, on any device
+        features = features.detach().cpu().numpy()
+    features = np.asarray(features)
+    if features.ndim != 2 or features.shape[1] != DIGITS_NUM_FEATURES:
+        raise ValueError(f"features must have shape (n, {DIGITS_NUM_FEATURES}), got {features.shape}.")
+    digits = np.rint(features[:, :_PROBE_ID_PIXELS].astype(np.float64) * DIGITS_PIXEL_MAX).astype(np.int64)
+    base = DIGITS_PIXEL_MAX + 1
+    weights = base ** np.arange(_PROBE_ID_PIXELS - 1, -1, -1, dtype=np.int64)
+    return digits @ weights
+
+
+@dataclass(frozen=True)
+class RowCoverage:
+    """How a stream of row ids covered ``range(num_rows)``.
+
+    Attributes:
+        num_rows: rows that should each be seen once.
+        seen: ids received, repeats included.
+        missing: ids in ``range(num_rows)`` never received.
+        repeated: extra receipts of ids received more than once.
+        unknown: ids outside ``range(num_rows)``.
+    """
+
+    num_rows: int
+    seen: int
+    missing: int
+    repeated: int
+    unknown: int
+
+    @property
+    def exactly_once(self) -> bool:
+        """True when every row was seen once and nothing else was seen."""
+        return self.missing == 0 and self.repeated == 0 and self.unknown == 0
+
+
+def row_coverage(ids: Iterable[int] | np.ndarray, num_rows: int) -> RowCoverage:
+    """Count missing, repeated and unknown ids against ``range(num_rows)``.
+
+    Args:
+        ids: the ids a consumer received, in any order.
+        num_rows: the number of rows ``0 .. num_rows - 1`` that should each appear once.
+
+    Returns:
+        A :class:`RowCoverage`.
+    """
+    ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64).reshape(-1)
+    known = ids[(ids >= 0) & (ids < num_rows)]
+    counts = np.bincount(known, minlength=num_rows)
+    return RowCoverage(
+        num_rows=num_rows,
+        seen=int(ids.size),
+        missing=int((counts == 0).sum()),
+        repeated=int(np.clip(counts - 1, 0, None).sum()),
+        unknown=int(ids.size - known.size),
+    )
+
+
+def run_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn(*args, **kwargs)`` in a daemon thread; wait at most ``timeout_s`` seconds.
+
+    Use it for a call that may block forever, such as reading one ``streaming_split``
+    iterator while its siblings are never read (every split must reach the epoch barrier in
+    ``SplitCoordinator.start_epoch``, ``ray/data/_internal/iterator/stream_split_iterator.py``).
+
+    .. warning::
+        Python cannot stop a thread. After a timeout the call keeps running (or stays
+        blocked) in the background until the process ends or something unblocks it.
+
+    Args:
+        fn: the callable.
+        timeout_s: how long to wait, in seconds (> 0).
+        *args: positional arguments for ``fn``.
+        **kwargs: keyword arguments for ``fn``.
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        TimeoutError: if ``fn`` has not returned after ``timeout_s`` seconds.
+        ValueError: if ``timeout_s`` is not positive.
+        Exception: whatever ``fn`` raised, re-raised here.
+
+    Examples:
+        >>> import time
+        >>> run_with_timeout(sum, 5.0, [1, 2, 3])
+        6
+        >>> run_with_timeout(time.sleep, 0.05, 1.0)
+        Traceback (most recent call last):
+        ...
+        TimeoutError: sleep did not return within 0.05 s (it may be blocked; it keeps running in the background).
+    """
+    name, thread, outcome = _start_in_thread("run_with_timeout", fn, timeout_s, args, kwargs)
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(
+            f"{name} did not return within {timeout_s:g} s (it may be blocked; it keeps running "
+            "in the background)."
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+@contextlib.contextmanager
+def track_split_coordinators():
+    """Record the ``SplitCoordinator`` actors that ``streaming_split`` creates in this block.
+
+    ``Dataset.streaming_split`` calls ``StreamSplitDataIterator.create``
+    (``ray/data/_internal/iterator/stream_split_iterator.py``), which starts one coordinator
+    actor per split call; every iterator of that call holds it as ``_coord_actor``. Inside the
+    ``with`` block, ``create`` is wrapped so that each new coordinator's handle is appended to
+    the yielded list; the original is restored on exit.
+
+    Yields:
+        The list of coordinator actor handles created so far (it grows while the block runs).
+    """
+    from ray.data._internal.iterator.stream_split_iterator import StreamSplitDataIterator
+
+    created: list = []
+    original = StreamSplitDataIterator.create
+
+    def create(base_dataset, n, locality_hints):
+        iterators = original(base_dataset, n, locality_hints)
+        if iterators:
+            created.append(iterators[0]._coord_actor)
+        return iterators
+
+    StreamSplitDataIterator.create = staticmethod(create)
+    try:
+        yield created
+    finally:
+        StreamSplitDataIterator.create = staticmethod(original)
+
+
+def run_split_readers(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn(*args, **kwargs)``, which reads ``streaming_split`` iterators, with a deadline.
+
+    Like :func:`run_with_timeout`, but on a timeout it also ends the readers that are still
+    blocked: it kills the ``SplitCoordinator`` actors that ``fn`` created (see
+    :func:`track_split_coordinators`), so each blocked ``iter_batches`` raises
+    ``ActorDiedError`` and its thread finishes. Without that, a reader stuck at the epoch
+    barrier would stay in a Ray call until the process exits, and could take the process down
+    when Ray shuts down.
+
+    Args:
+        fn: a callable that creates and reads ``streaming_split`` iterators.
+        timeout_s: how long to wait, in seconds (> 0).
+        *args: positional arguments for ``fn``.
+        **kwargs: keyword arguments for ``fn``.
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        TimeoutError: if ``fn`` has not returned after ``timeout_s`` seconds; its split
+            coordinators have then been killed.
+        ValueError: if ``timeout_s`` is not positive.
+        Exception: whatever ``fn`` raised, re-raised here.
+    """
+    import ray
+
+    with track_split_coordinators() as coordinators:
+        name, thread, outcome = _start_in_thread("run_split_readers", fn, timeout_s, args, kwargs)
+        thread.join(timeout_s)
+        if thread.is_alive():
+            for actor in coordinators:
+                ray.kill(actor, no_restart=True)
+            thread.join(_READER_EXIT_WAIT_S)
+            raise TimeoutError(
+                f"{name} did not return within {timeout_s:g} s; its {len(coordinators)} "
+                f"streaming_split coordinator(s) were stopped"
+                + ("." if not thread.is_alive() else ", but it is still running.")
+            )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _start_in_thread(
+    caller: str, fn: Callable[..., Any], timeout_s: float, args: tuple, kwargs: dict
+) -> tuple[str, threading.Thread, dict[str, Any]]:
+    """Start ``fn(*args, **kwargs)`` in a daemon thread; its result or error lands in a dict.
+
+    Returns:
+        ``(name, thread, outcome)``: ``fn``'s name, the started thread, and a dict that gets
+        ``"value"`` or ``"error"`` when ``fn`` ends.
+
+    Raises:
+        ValueError: if ``timeout_s`` is not positive (checked before anything starts).
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}.")
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+    thread = threading.Thread(target=target, name=f"{caller}:{name}", daemon=True)
+    thread.start()
+    return name, thread, outcome
+
+
+# After killing a blocked reader's coordinator: how long to wait for the reader to end, in seconds.
+_READER_EXIT_WAIT_S = 20.0

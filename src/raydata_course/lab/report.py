@@ -1,0 +1,300 @@
+"""Tables and checks on the lab's results: what ``make lab`` prints and what CI asserts.
+
+- :func:`summarize` turns the runs of :mod:`raydata_course.lab.session` into one row per
+  variant (medians and spreads over repeats); :func:`format_table` prints them like
+  upstream's release test, plus the hidden-buffer columns;
+- :func:`quick_check` is what the quick lab (CI) must reproduce: every slow pull variant over
+  its budget by the hidden batches the buffer model predicts;
+- :func:`format_push_table` and :func:`push_targets` compare the push-based split with pull;
+- :func:`format_versions_table` puts one variant's results under several Ray versions side
+  by side;
+- :func:`save_results` / :func:`load_results` write and read ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Optional
+
+from raydata_course.lab.session import RunResult
+from raydata_course.lab.workload import ROW_BYTES
+from raydata_course.tables import markdown_table
+from raydata_course.units import MiB
+
+__all__ = ["summarize", "format_table", "HIDDEN_VS_MODEL_RANGE", "quick_check", "pull_push_pairs",
+           "format_push_table", "PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "push_targets",
+           "format_push_targets", "format_versions_table", "load_results", "save_results"]
+
+
+def _mib(num_bytes: float) -> str:
+    return f"{num_bytes / MiB:,.0f}"
+
+
+def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
+    """One row per variant: medians and spreads over its repeats."""
+    rows = []
+    for name in dict.fromkeys(r.variant for r in results):
+        runs = [r for r in results if r.variant == name]
+        peaks = [r.peak_bytes for r in runs]
+        med = lambda xs: statistics.median(xs)  # noqa: E731
+        first = runs[0]
+        rows.append({
+            "variant": name,
+            "repeats": len(runs),
+            "consumers": first.config["consumers"],
+            "batch_bytes": first.config["batch_bytes"],
+            "step_delay_s": first.config["step_delay_s"],
+            "budget_bytes": med([r.budget_bytes for r in runs]),
+            "peak_bytes_median": med(peaks),
+            "peak_bytes_min": min(peaks),
+            "peak_bytes_max": max(peaks),
+            "overage_bytes": med([r.overage_bytes for r in runs]),
+            "believed_peak_bytes": med([r.believed_peak_bytes for r in runs]),
+            "hidden_peak_bytes": med([r.hidden_peak_bytes for r in runs]),
+            "hidden_batches_per_consumer": med([r.hidden_batches_per_consumer for r in runs]),
+            "unaccounted_at_peak_bytes": med([r.unaccounted_at_peak_bytes for r in runs]),
+            "unaccounted_batches_per_consumer": med([r.unaccounted_at_peak_bytes for r in runs])
+            / (first.config["batch_bytes"] * first.config["consumers"]),
+            "predicted_hidden_bytes": first.predicted_hidden_bytes,
+            "predicted_hidden_batches": first.predicted_hidden_batches,
+            "hidden_range_batches": list(first.hidden_range_batches),
+            "upstream_hidden_batches": first.upstream_hidden_batches,
+            "realization": med([r.realization for r in runs]),
+            "upstream_realization": med([r.overage_bytes for r in runs])
+            / (first.upstream_hidden_batches * first.config["batch_bytes"] * first.config["consumers"]),
+            "hidden_vs_model": med([r.hidden_peak_bytes for r in runs]) / first.predicted_hidden_bytes,
+            "spilled_bytes": max(r.spilled_bytes for r in runs),
+            "rows_per_s": med([r.rows_per_s for r in runs]),
+            "batches_per_s": med([r.batches_per_s for r in runs]),
+            "step_s_median": med([r.step_s_median for r in runs]),
+            "wall_s": [round(r.wall_s, 1) for r in runs],
+        })
+    return rows
+
+
+def format_table(rows: list[dict], ray_version: str) -> str:
+    """A Markdown table like upstream's release test, plus the hidden-buffer columns."""
+    headers = ["variant", "budget MiB", "measured peak MiB (median, min-max)", "overage MiB", "RD believed MiB",
+               "hidden measured MiB (batches/consumer)", "predicted hidden MiB (model batches per consumer)",
+               "hidden / predicted", "realization", "upstream pf+4N+2 realization", "spilled MiB", "rows/s",
+               "batches/s", "step s", "run s"]
+    body = [[r["variant"], _mib(r["budget_bytes"]),
+             f"{_mib(r['peak_bytes_median'])} ({_mib(r['peak_bytes_min'])}-{_mib(r['peak_bytes_max'])})",
+             _mib(r["overage_bytes"]), _mib(r["believed_peak_bytes"]),
+             f"{_mib(r['hidden_peak_bytes'])} ({r['hidden_batches_per_consumer']:.1f})",
+             f"{_mib(r['predicted_hidden_bytes'])} ({r['predicted_hidden_batches']}; range "
+             f"{r['hidden_range_batches'][0]}-{r['hidden_range_batches'][1]})",
+             f"{r['hidden_vs_model']:.0%}", f"{r['realization']:.0%}", f"{r['upstream_realization']:.0%}",
+             _mib(r["spilled_bytes"]), f"{r['rows_per_s']:,.0f}", f"{r['batches_per_s']:.2f}",
+             f"{r['step_s_median']:.3f}", ", ".join(str(w) for w in r["wall_s"])] for r in rows]
+    return f"Ray {ray_version}\n\n" + markdown_table(headers, body, align="lrlrrllrrrrrrrl")
+
+
+#: how far the measured hidden bytes (over the buffer model's nominal prediction) may stray
+#: before the quick check fails: one epoch on a busy machine is a noisy measurement.
+HIDDEN_VS_MODEL_RANGE = (0.75, 1.34)
+
+
+def quick_check(rows: list[dict[str, Any]]) -> list[str]:
+    """What the quick lab must reproduce, checked on :func:`summarize` rows of pull variants.
+
+    For every slow variant (``step_delay_s > 0``; push variants and fast ones are skipped):
+    the peak is above the budget (``overage_bytes > 0``); at least one hidden batch per
+    consumer was measured; the hidden batches per consumer lie in the buffer model's range
+    (:func:`raydata_course.lab.buffer_model.hidden_batches`, plus or minus half a batch);
+    and hidden bytes over the model's nominal bytes lie in ``HIDDEN_VS_MODEL_RANGE``.
+
+    Returns:
+        One sentence per failed check (empty when everything was reproduced).
+    """
+    problems = []
+    for r in rows:
+        if r["variant"].endswith("-push") or not r["step_delay_s"] > 0:
+            continue
+        name, hidden = r["variant"], r["hidden_batches_per_consumer"]
+        low, high = r["hidden_range_batches"]
+        if r["overage_bytes"] <= 0:
+            problems.append(f"{name}: peak {r['peak_bytes_median'] / MiB:.0f} MiB is not above the "
+                            f"{r['budget_bytes'] / MiB:.0f} MiB budget")
+        if hidden < 1:
+            problems.append(f"{name}: no hidden (pinned, unreferenced) batch was measured")
+        elif not low - 0.5 <= hidden <= high + 0.5:
+            problems.append(f"{name}: {hidden:.1f} hidden batches per consumer, outside the model's "
+                            f"range {low}-{high}")
+        lo, hi = HIDDEN_VS_MODEL_RANGE
+        if not lo <= r["hidden_vs_model"] <= hi:
+            problems.append(f"{name}: hidden bytes are {r['hidden_vs_model']:.0%} of the model's "
+                            f"prediction (expected {lo:.0%}-{hi:.0%})")
+    return problems
+
+
+def pull_push_pairs(results: list[RunResult]) -> list[str]:
+    """The variants of ``results`` that have a push-based twin (``X`` and ``X-push``), in order.
+
+    Returns:
+        The pull variants' names, e.g. ``["train-slow"]`` (empty when no push variant ran).
+    """
+    ran = {r.variant for r in results}
+    return [name for name in dict.fromkeys(r.variant for r in results) if f"{name}-push" in ran]
+
+
+def format_push_table(results: list[RunResult], free_objects_period_ms: Optional[int] = None) -> str:
+    """Pull against push, per Train variant, from one cluster setting's runs.
+
+    For each variant ``X`` with a ``X-push`` twin: medians over repeats of peak / budget,
+    overage, the peak's bytes split into referenced / pinned-unreferenced / freed-not-deleted,
+    push's peak as a fraction of pull's, and push / pull throughput (overall and mid-run
+    batches/s). Every run's wall time is listed.
+
+    Returns:
+        A Markdown table (empty string when no push variant ran).
+    """
+    med = statistics.median
+    setting = ("default lazy free (1000 ms)" if free_objects_period_ms is None
+               else f"free_objects_period_milliseconds={free_objects_period_ms}")
+    headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget", "overage MiB",
+               "at peak: referenced / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
+               "mid-run b/s", "push/pull overall", "push/pull mid-run", "run s"]
+    body = []
+    names = pull_push_pairs(results)
+    for name in names:
+        rows = {}
+        for split, vname in (("pull", name), ("push", f"{name}-push")):
+            runs = [r for r in results if r.variant == vname]
+            rows[split] = {
+                "runs": runs, "budget": med([r.budget_bytes for r in runs]),
+                "peak": med([r.peak_bytes for r in runs]), "min": min(r.peak_bytes for r in runs),
+                "max": max(r.peak_bytes for r in runs), "overage": med([r.overage_bytes for r in runs]),
+                "ref": med([r.peak_breakdown.get("referenced_bytes", 0) for r in runs]),
+                "pin": med([r.peak_breakdown.get("pinned_unreferenced_bytes", 0) for r in runs]),
+                "freed": med([r.peak_breakdown.get("freed_not_deleted_bytes", 0) for r in runs]),
+                "overall": med([r.overall_batches_per_s for r in runs]),
+                "midrun": med([r.midrun_batches_per_s for r in runs]),
+            }
+        pull, push = rows["pull"], rows["push"]
+        for split, r in rows.items():
+            is_push = split == "push"
+            ratio = f"{push['peak'] / pull['peak']:.2f}" if is_push and pull["peak"] else ""
+            both = is_push and pull["overall"] and pull["midrun"]
+            body.append([name, split, len(r["runs"]), _mib(r["budget"]),
+                         f"{_mib(r['peak'])} ({_mib(r['min'])}-{_mib(r['max'])})", f"{r['peak'] / r['budget']:.2f}",
+                         _mib(r["overage"]), f"{_mib(r['ref'])} / {_mib(r['pin'])} / {_mib(r['freed'])}", ratio,
+                         f"{r['overall']:.2f}", f"{r['midrun']:.2f}",
+                         f"{push['overall'] / pull['overall']:.2f}" if both else "",
+                         f"{push['midrun'] / pull['midrun']:.2f}" if both else "",
+                         ", ".join(f"{x.wall_s:.1f}" for x in r["runs"])])
+    if not names:
+        return ""
+    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrl")
+
+
+#: the lab's targets for the push-based split, checked with the raylet's lazy free off.
+PUSH_PULL_OVERAGE_MIN = 1.5
+PUSH_THROUGHPUT_MIN = 0.95
+
+
+def push_targets(results: list[RunResult]) -> list[dict[str, Any]]:
+    """Check the push-vs-pull targets on one cluster setting's runs (medians over repeats).
+
+    Targets (meant for runs with ``free_objects_period_milliseconds=0``):
+
+    * a slow variant (``step_delay_s > 0``): push's peak is at most the budget plus one
+      batch (= one block) per consumer, and pull's peak is at least
+      ``PUSH_PULL_OVERAGE_MIN`` times the budget;
+    * a fast variant (``step_delay_s == 0``): push's throughput is at least
+      ``PUSH_THROUGHPUT_MIN`` times pull's, overall and mid-run (batches 25-90 %).
+
+    Returns:
+        One dict per check: ``variant``, ``target`` (words), ``value``, ``bound`` and ``met``.
+    """
+    med = statistics.median
+    checks = []
+    names = pull_push_pairs(results)
+    for name in names:
+        pull = [r for r in results if r.variant == name]
+        push = [r for r in results if r.variant == f"{name}-push"]
+        cfg = push[0].config
+        if cfg.get("step_delay_s", 0) > 0:
+            block_bytes = cfg["batch_rows"] * ROW_BYTES
+            bound = med([r.budget_bytes for r in push]) + cfg["consumers"] * block_bytes
+            peak = med([r.peak_bytes for r in push])
+            checks.append({"variant": name, "target": f"push peak <= budget + {cfg['consumers']} x one block (MiB)",
+                           "value": peak / MiB, "bound": bound / MiB, "met": peak <= bound})
+            ratio = med([r.peak_bytes / r.budget_bytes for r in pull])
+            checks.append({"variant": name, "target": "pull peak / budget", "value": ratio,
+                           "bound": PUSH_PULL_OVERAGE_MIN, "met": ratio >= PUSH_PULL_OVERAGE_MIN})
+        else:
+            for label, attr in (("overall", "overall_batches_per_s"), ("mid-run", "midrun_batches_per_s")):
+                pull_rate = med([getattr(r, attr) for r in pull])
+                ratio = med([getattr(r, attr) for r in push]) / pull_rate if pull_rate else 0.0
+                checks.append({"variant": name, "target": f"push / pull throughput, {label}", "value": ratio,
+                               "bound": PUSH_THROUGHPUT_MIN, "met": ratio >= PUSH_THROUGHPUT_MIN})
+    return checks
+
+
+def format_push_targets(checks: list[dict[str, Any]]) -> str:
+    """The checks of :func:`push_targets` as a Markdown table (empty string for none)."""
+    if not checks:
+        return ""
+    body = [[c["variant"], c["target"], f"{c['value']:.2f}",
+             f"{'<=' if '<=' in c['target'] else '>='} {c['bound']:.2f}", "yes" if c["met"] else "NO"] for c in checks]
+    return markdown_table(["variant", "target", "measured", "bound", "met"], body, align="llrrl")
+
+
+def format_versions_table(result_files: list[Path]) -> str:
+    """One table of every variant under every Ray version found in ``result_files``.
+
+    Args:
+        result_files: ``results.json`` files written by ``python -m raydata_course.lab``,
+            for example ``build/lab/results.json`` and ``build/lab-ray2.55.1/results.json``.
+
+    Returns:
+        A Markdown table, rows sorted by variant then Ray version.
+    """
+    rows = []
+    for path in result_files:
+        data = json.loads(Path(path).read_text())
+        meta = data["meta"]
+        for r in data["summary"]:
+            rows.append((r["variant"], meta["ray_version"], meta.get("pipeline", {}).get("design", "?"), r))
+    headers = ["variant", "Ray", "consumer pipeline", "budget MiB", "peak MiB (median, min-max)", "overage MiB",
+               "RD believed MiB", "pinned, no ObjectRef (batches/consumer)",
+               "actual - RD at peak (batches/consumer)", "model (batches/consumer)", "realization", "rows/s"]
+    body = [[variant, version, design, _mib(r["budget_bytes"]),
+             f"{_mib(r['peak_bytes_median'])} ({_mib(r['peak_bytes_min'])}-{_mib(r['peak_bytes_max'])})",
+             _mib(r["overage_bytes"]), _mib(r["believed_peak_bytes"]),
+             f"{_mib(r['hidden_peak_bytes'])} MiB ({r['hidden_batches_per_consumer']:.1f})",
+             f"{_mib(r.get('unaccounted_at_peak_bytes', 0))} MiB ({r.get('unaccounted_batches_per_consumer', 0):.1f})",
+             f"{r['predicted_hidden_batches']} (range {r['hidden_range_batches'][0]}-{r['hidden_range_batches'][1]})",
+             f"{r['realization']:.0%}", f"{r['rows_per_s']:,.0f}"]
+            for variant, version, design, r in sorted(rows, key=lambda x: (x[0], x[1]))]
+    return markdown_table(headers, body, align="lllrlrrllrrr")
+
+
+def load_results(path: str | Path) -> list[RunResult]:
+    """The runs of a ``results.json`` written by :func:`save_results`, as :class:`RunResult`.
+
+    Raises:
+        FileNotFoundError: no file at ``path`` (run ``make lab`` first).
+        ValueError: the file holds no ``runs`` list.
+    """
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data.get("runs"), list):
+        raise ValueError(f"{path} holds no 'runs' list; it was not written by the lab.")
+    known = set(RunResult.__dataclass_fields__)
+    runs = []
+    for run in data["runs"]:
+        run = {k: v for k, v in run.items() if k in known}
+        run["hidden_range_batches"] = tuple(run.get("hidden_range_batches", (0, 0)))
+        runs.append(RunResult(**run))
+    return runs
+
+
+def save_results(results: list[RunResult], rows: list[dict], out_dir: Path, meta: dict) -> Path:
+    """Write ``results.json`` (every run, with timelines) and return its path."""
+    path = out_dir / "results.json"
+    path.write_text(json.dumps({"meta": meta, "summary": rows, "runs": [asdict(r) for r in results]}, indent=1))
+    return path

@@ -1,0 +1,56 @@
+"""The lab's variants: slow and fast consumers, in the driver and under Ray Train, on CPU or GPU.
+
+Examples:
+    >>> [v.name for v in variants_for("cpu", quick=True, push=True)]
+    ['driver-slow', 'train-slow', 'train-slow-push']
+"""
+
+from __future__ import annotations
+
+from raydata_course.lab.workload import ROW_BYTES, LabConfig
+from raydata_course.units import MiB
+
+__all__ = ["variants_for"]
+
+
+def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig]:
+    """The lab's variants: slow and fast consumers, in the driver and under Ray Train.
+
+    CPU: 32 MiB batches, ``prefetch_batches=4``, a 256 MiB Ray Data budget in a 2 GiB store,
+    2 TorchTrainer workers (gloo), 20 batches per consumer and 3 epochs (each epoch is a
+    fresh execution, measured as one repeat). GPU: 96 MiB batches (a batch must stay one
+    block, under the 128 MiB ``target_max_block_size``), real host-to-device copies, a 1 GiB
+    budget in an 8 GiB store, one DDP (NCCL) worker per GPU (NCCL allows one rank per GPU).
+    ``quick`` keeps only the slow variants, one epoch of 12 (driver) or 8 (Train) batches.
+    ``push`` adds, after each Train variant, the same variant sharded by the push-based
+    split (``<name>-push``).
+    """
+    if device == "cuda":
+        import torch
+
+        gpus = max(1, torch.cuda.device_count())
+        base = LabConfig(name="", device="cuda", batch_rows=(96 * MiB) // ROW_BYTES,
+                         budget_bytes=1024 * MiB, object_store_bytes=8192 * MiB, num_cpus=8,
+                         batches_per_consumer=32, cpus_per_worker=1.0)
+        train_consumers = gpus
+    else:
+        base = LabConfig(name="", batches_per_consumer=20)
+        train_consumers = 2
+    slow, fast = 0.25, 0.0
+    variants = [
+        base.with_(name="driver-slow", mode="driver", consumers=1, step_delay_s=slow),
+        base.with_(name="train-slow", mode="train", consumers=train_consumers, step_delay_s=slow),
+    ]
+    if not quick:
+        variants += [
+            base.with_(name="driver-fast", mode="driver", consumers=1, step_delay_s=fast),
+            base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast),
+        ]
+    if push:
+        variants = [w for v in variants
+                    for w in ([v, v.with_(name=f"{v.name}-push", split="push")] if v.mode == "train" else [v])]
+    if quick:
+        # Enough batches for each buffer to fill once (the driver needs more: its producer
+        # has all the CPUs), few enough to finish in about 90 s on two cores.
+        return [v.with_(batches_per_consumer=12 if v.mode == "driver" else 8, epochs=1) for v in variants]
+    return [v.with_(epochs=3) for v in variants]

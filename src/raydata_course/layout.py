@@ -1,0 +1,171 @@
+"""Course facts, defined once: where the course is, what its kernel is called, which
+assignments it has, and the names of the environment variables its tools pass around.
+
+Everything else in the course (the student package and the instructor's grader alike) reads
+these names from here. Nothing in this module starts, writes or imports anything heavy.
+
+Examples:
+    >>> KERNEL_NAME, KERNELSPEC["display_name"]
+    ('raydata-course', 'Python (raydata-course)')
+    >>> is_assignment_id("data03"), is_assignment_id("data3"), is_assignment_id("../x")
+    (True, False, False)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+__all__ = [
+    "KERNEL_NAME",
+    "KERNEL_DISPLAY_NAME",
+    "KERNELSPEC",
+    "ASSIGNMENT_GLOB",
+    "GRADER_CELL_TIMEOUT_S",
+    "COURSE_ROOT_ENV",
+    "TEMP_ROOT_ENV",
+    "HEADLESS_ENV",
+    "RAY_VERSION_ENV",
+    "ORACLES_ENV",
+    "PROGRESS_ENV",
+    "SELF_CHECK_ENV",
+    "GRADING_DIR_ENV",
+    "CourseRootNotFound",
+    "course_root",
+    "is_assignment_id",
+    "assignment_ids",
+    "exercise_notebook",
+    "install_kernel",
+]
+
+#: The Jupyter kernel the course registers in its virtual environment (``make setup``), names
+#: in every committed notebook, and forces on every graded submission.
+KERNEL_NAME = "raydata-course"
+#: What JupyterLab shows for :data:`KERNEL_NAME`.
+KERNEL_DISPLAY_NAME = f"Python ({KERNEL_NAME})"
+#: The ``kernelspec`` metadata of a course notebook.
+KERNELSPEC = {"name": KERNEL_NAME, "display_name": KERNEL_DISPLAY_NAME, "language": "python"}
+
+#: Assignment ids are ``dataNN``; an assignment's notebook is ``<folder>/<id>/<id>.ipynb``.
+ASSIGNMENT_GLOB = "data[0-9][0-9]"
+_ASSIGNMENT_ID = re.compile(r"^data[0-9]{2}$")
+
+#: The grader's per-cell limit, in seconds: a graded cell that runs longer is interrupted.
+#: The student self-check runs visible tests with the same limit.
+GRADER_CELL_TIMEOUT_S = 180
+
+# ----------------------------------------------------------------- environment variables
+
+#: The course folder, when the tools cannot find it from where they run.
+COURSE_ROOT_ENV = "RAYDATA_COURSE_ROOT"
+#: Where Ray keeps its session files (default ``/tmp/rdc-<uid>``, see ``cluster.setup``).
+TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
+#: ``1`` under the course's headless runners (``make course``, the tests, the grader): no
+#: progress bars.
+HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
+#: Accept another Ray release; only the lab's across-versions run sets it (``make lab RAY=...``).
+RAY_VERSION_ENV = "RAYDATA_COURSE_RAY_VERSION"
+#: The folder of hidden-test oracles. Only the grader sets it, in the kernels it grades.
+ORACLES_ENV = "RAYDATA_COURSE_ORACLES"
+#: The file where the grader's executor records which cell a graded kernel is running.
+PROGRESS_ENV = "RAYDATA_COURSE_PROGRESS"
+#: Set in the kernel that runs a self-check's copy of a notebook, so that a ``self_check()``
+#: cell in it does nothing.
+SELF_CHECK_ENV = "RAYDATA_COURSE_SELF_CHECK"
+#: A folder that ``make grade`` filled; formgrader shows it instead of the course root
+#: (``make jupyter GRADING=build/grading``).
+GRADING_DIR_ENV = "RAYDATA_COURSE_GRADING_DIR"
+
+
+class CourseRootNotFound(FileNotFoundError):
+    """No folder with ``chapters/`` and ``exercises/`` was found."""
+
+
+def _is_course_root(folder: Path) -> bool:
+    return (folder / "chapters").is_dir() and (folder / "exercises").is_dir()
+
+
+def course_root(start: str | os.PathLike | None = None) -> Path:
+    """Return the course folder: the one holding ``chapters/`` and ``exercises/``.
+
+    That is the repository root in an instructor's checkout and the top folder of the
+    student bundle. The candidates, in order: ``$RAYDATA_COURSE_ROOT``; ``start`` and its
+    parents; the checkout this package is installed from (an editable install); the current
+    folder and its parents.
+
+    Args:
+        start: a path inside the course (a notebook, say) to search upwards from first.
+
+    Returns:
+        The course folder, resolved.
+
+    Raises:
+        CourseRootNotFound: if no candidate holds both ``chapters/`` and ``exercises/``.
+    """
+    candidates: list[Path] = []
+    if os.environ.get(COURSE_ROOT_ENV):
+        candidates.append(Path(os.environ[COURSE_ROOT_ENV]))
+    if start is not None:
+        here = Path(start).resolve()
+        candidates.extend([here, *here.parents])
+    candidates.append(Path(__file__).resolve().parents[2])
+    cwd = Path.cwd().resolve()
+    candidates.extend([cwd, *cwd.parents])
+    for folder in candidates:
+        if _is_course_root(folder):
+            return folder.resolve()
+    raise CourseRootNotFound(
+        "Could not find the course folder (one with chapters/ and exercises/). Run from inside "
+        f"the course, or set {COURSE_ROOT_ENV}=/path/to/the/course."
+    )
+
+
+def is_assignment_id(name: str) -> bool:
+    """True for an assignment id of this course (``data01`` ... ``data99``)."""
+    return bool(_ASSIGNMENT_ID.match(name))
+
+
+def assignment_ids(folder: str | os.PathLike) -> tuple[str, ...]:
+    """The assignments laid out in ``folder``, in order.
+
+    Args:
+        folder: ``solutions/`` (nbgrader's source) or ``exercises/`` (its release); an
+            assignment is a ``<id>/<id>.ipynb`` inside it.
+
+    Returns:
+        The ids, sorted; empty when the folder does not exist.
+    """
+    root = Path(folder)
+    return tuple(sorted(p.parent.name for p in root.glob(f"{ASSIGNMENT_GLOB}/{ASSIGNMENT_GLOB}.ipynb")
+                        if p.stem == p.parent.name))
+
+
+def exercise_notebook(assignment: str, root: str | os.PathLike | None = None) -> Path:
+    """Path of an assignment's released notebook, ``<root>/exercises/<id>/<id>.ipynb``.
+
+    Raises:
+        ValueError: if ``assignment`` is not an assignment id.
+    """
+    if not is_assignment_id(assignment):
+        raise ValueError(f"{assignment!r} is not an assignment id; they look like data01.")
+    return Path(root or course_root()) / "exercises" / assignment / f"{assignment}.ipynb"
+
+
+def install_kernel(prefix: str | None = None) -> str:
+    """Register this Python as the course's Jupyter kernel (``make setup`` calls it).
+
+    Args:
+        prefix: install under this environment prefix; default ``sys.prefix`` (the venv).
+
+    Returns:
+        The folder the kernelspec was written to.
+    """
+    from ipykernel.kernelspec import install
+
+    return install(kernel_name=KERNEL_NAME, display_name=KERNEL_DISPLAY_NAME, prefix=prefix or sys.prefix)
+
+
+if __name__ == "__main__":  # python -m raydata_course.layout: register the course kernel
+    print(f"installed kernel {KERNEL_NAME!r} in {install_kernel()}")

@@ -1,0 +1,489 @@
+"""The coordinator actor of the push-based split: one execution per epoch, windows, pushes.
+
+:class:`PushSplitCoordinator` runs as a Ray actor (created by
+:func:`raydata_course.push_split.push_split`). It
+
+* runs **one streaming execution per epoch**, behind a barrier that every split must reach
+  (:meth:`~PushSplitCoordinator.start_epoch`; waiters sleep on a ``threading.Condition``);
+* keeps one :class:`~raydata_course.push_split.flow.SplitFlow` per split, and a sender
+  thread per split that takes the split's next block from the executor and pushes it while
+  the split's window has credit;
+* **pushes by value**: it calls the actor that hosts the split (Ray's generic
+  ``__ray_call__``, ``ray/actor.py:2841``) with the block's ``ObjectRef`` as a top-level
+  argument, so Ray resolves it and the host receives the block, local to its node, before
+  the training loop touches it (a consumer that is not an actor fetches instead,
+  :meth:`~PushSplitCoordinator.fetch`);
+* **keeps each pushed block's ref until the consumer reports it released**, so Ray Data's
+  ``BlockRefCounter`` keeps charging it to the budget, and feeds pushed-but-unconsumed bytes
+  to the executor's external-consumer hook ``StreamingExecutor.set_external_consumer_bytes``
+  (``ray/data/_internal/execution/streaming_executor.py:480-483``);
+* watches the hosts' liveness, so a consumer that dies fails the epoch for the others
+  instead of hanging them.
+
+It copies the dataset's ``DataContext`` into its process, as Ray's ``SplitCoordinator`` does
+(``stream_split_iterator.py:210-211``), so execution options, budgets and execution callbacks
+apply to the executions it runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Optional
+
+import ray
+
+from raydata_course.push_split.flow import SplitFlow
+from raydata_course.push_split.inbox import deliver
+from raydata_course.push_split.messages import Arrival, Delivery, Parcel, PushSplitError, RowRange
+
+__all__ = ["PushSplitCoordinator", "FETCH_TIMEOUT_S"]
+
+logger = logging.getLogger(__name__)
+
+#: a fetch call (non-actor consumers) returns empty after this many seconds, so a fetch
+#: never pins a coordinator thread for ever.
+FETCH_TIMEOUT_S = 10.0
+#: how many (time, bytes) points of the pushed-but-unconsumed history debug_state keeps.
+_HISTORY_LIMIT = 20_000
+
+
+def _ping(_host_self) -> bool:
+    return True
+
+
+class PushSplitCoordinator:
+    """The coordinator actor behind :func:`~raydata_course.push_split.push_split` (created as a Ray actor there).
+
+    It copies the dataset's ``DataContext`` into its process, as ``SplitCoordinator`` does
+    (``stream_split_iterator.py:210-211``), so execution options, budgets and execution
+    callbacks apply to the executions it runs.
+
+    Args:
+        split_dataset: the dataset whose plan ends in a ``StreamingSplit`` operator.
+        n: number of splits.
+        key: the split group's id, which names the receivers in the consumers' processes.
+        liveness_interval_s: seconds between liveness checks of the actors hosting splits.
+    """
+
+    def __init__(self, split_dataset, n: int, key: str, liveness_interval_s: float):
+        import ray.data
+
+        self._key = key
+
+        self._ctx = split_dataset.context.copy()
+        ray.data.DataContext._set_current(self._ctx)
+        self._ds = split_dataset
+        self._n = n
+        self._liveness_interval_s = liveness_interval_s
+        self._cond = threading.Condition(threading.RLock())
+        self._epoch = -1
+        self._arrivals: dict[int, Arrival] = {}
+        self._starting = False
+        self._epoch_error: Optional[BaseException] = None
+        self._flows: dict[int, SplitFlow] = {}
+        self._executor = None
+        self._output_iterator = None
+        self._teardown_thread: Optional[threading.Thread] = None
+        self._teardown_error: Optional[BaseException] = None
+        self._delivery_calls: dict = {}
+        self._external_bytes = 0
+        self._history: list[tuple[float, int]] = []
+        self._epochs: list[dict] = []
+        self._late_reports = 0
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="push-split-watchdog", daemon=True)
+        self._watchdog.start()
+
+    # ---------------------------------------------------------------- epoch barrier
+
+    def start_epoch(self, split_idx: int, arrival: Arrival) -> int:
+        """Arrive at the barrier for the next epoch and block until it starts.
+
+        The last split to arrive tears down the previous epoch's executor and starts a new
+        execution (``Dataset._create_executor``, ``dataset.py:8518-8531``, and
+        ``Dataset._build_bundle_iterator``, ``dataset.py:8576-8589``, the calls
+        ``SplitCoordinator._try_start_new_epoch`` makes, ``stream_split_iterator.py:305-341``).
+        The others sleep on a condition until it has done so.
+
+        Args:
+            split_idx: the caller's split, ``0 <= split_idx < n``.
+            arrival: the caller's window (at least 1 row) and, when it is an actor, its
+                handle (blocks are pushed to it; else it fetches them).
+
+        Returns:
+            The epoch id (0, 1, ...).
+
+        Raises:
+            ValueError: ``split_idx`` out of range, or ``target_rows < 1``.
+            PushSplitError: tearing down the previous epoch (or starting this one) failed;
+                every split of this epoch gets the same error and none hangs. Also raised
+                when the split is already waiting at this barrier, or a peer died.
+        """
+        self._check_split(split_idx)
+        if not isinstance(arrival, Arrival) or int(arrival.target_rows) < 1:
+            raise ValueError(f"start_epoch needs an Arrival with target_rows >= 1, got {arrival!r}.")
+        with self._cond:
+            starting = self._epoch
+            if split_idx in self._arrivals:
+                raise PushSplitError(
+                    f"split {split_idx} is already waiting for epoch {starting + 1}: iterate each split "
+                    "from one consumer at a time.")
+            self._arrivals[split_idx] = arrival
+            if len(self._arrivals) < self._n:
+                self._cond.wait_for(lambda: self._epoch != starting)
+            else:
+                self._start_next_epoch_locked(starting)
+            if self._epoch != starting + 1:
+                raise PushSplitError(f"split {split_idx} expected epoch {starting + 1}, the coordinator is at "
+                                     f"{self._epoch}: a split was iterated by two consumers at once.")
+            if self._epoch_error is not None:
+                raise self._epoch_error
+            return self._epoch
+
+    def _start_next_epoch_locked(self, starting: int) -> None:
+        """Last arrival: tear down, start the next execution, release the barrier."""
+        arrivals, self._arrivals = self._arrivals, {}
+        old_executor, old_flows = self._executor, self._flows
+        error: Optional[BaseException] = None
+        # Teardown and executor creation run with the lock released, so that late reports
+        # and debug_state never wait behind them; the barrier stays closed meanwhile,
+        # because self._epoch only moves below.
+        self._cond.release()
+        try:
+            try:
+                self._teardown(old_executor)
+            except Exception as exc:  # noqa: BLE001 - any teardown failure fails the epoch
+                error = PushSplitError(f"tearing down epoch {starting} failed: {exc!r}")
+                error.__cause__ = exc
+            executor = output_iterator = None
+            if error is None:
+                try:
+                    executor = self._ds._create_executor()
+                    output_iterator = self._ds._build_bundle_iterator(executor)
+                    executor.set_external_consumer_bytes(0)  # registers the external consumers
+                except Exception as exc:  # noqa: BLE001
+                    error = PushSplitError(f"starting epoch {starting + 1} failed: {exc!r}")
+                    error.__cause__ = exc
+        finally:
+            self._cond.acquire()
+        if old_flows:
+            self._epochs.append({"epoch": starting, "splits": {i: f.snapshot() for i, f in old_flows.items()}})
+            for flow in old_flows.values():
+                flow.inflight.clear()
+        self._epoch = starting + 1
+        self._epoch_error = error
+        self._executor, self._output_iterator = executor, output_iterator
+        self._flows = {i: SplitFlow(target_rows=int(a.target_rows), host=a.host) for i, a in arrivals.items()}
+        self._delivery_calls = {}
+        self._set_external_bytes_locked()
+        if error is None:
+            for i in range(self._n):
+                threading.Thread(target=self._send_loop, args=(self._epoch, i), daemon=True,
+                                 name=f"push-split-send-{self._epoch}-{i}").start()
+        self._cond.notify_all()
+
+    def _teardown(self, executor) -> None:
+        """Shut the previous epoch's executor down (idempotent), re-raising any failure
+        of the early shutdown that ran when every split had finished."""
+        thread = self._teardown_thread
+        if thread is not None:
+            thread.join()
+            self._teardown_thread = None
+        if self._teardown_error is not None:
+            err, self._teardown_error = self._teardown_error, None
+            raise err
+        if executor is not None:
+            executor.shutdown(force=True)  # streaming_executor.py:310
+
+    # ---------------------------------------------------------------- sending
+
+    def _send_loop(self, epoch: int, split_idx: int) -> None:
+        """One thread per split and epoch: wait for credit, take the split's next block
+        from the executor (``OutputIterator.get_next(split_idx)``,
+        ``streaming_executor.py:785-807``) and push it."""
+        pending: collections.deque = collections.deque()
+        while True:
+            with self._cond:
+                flow = self._flows.get(split_idx)
+                self._cond.wait_for(lambda: self._epoch != epoch or self._epoch_error is not None
+                                    or flow.finished or flow.rows_to_send() > 0)
+                if self._epoch != epoch or self._epoch_error is not None:
+                    return
+                draining = flow.finished
+                output_iterator = self._output_iterator
+            if not pending:
+                try:
+                    bundle = output_iterator.get_next(split_idx)
+                except StopIteration:
+                    self._end_split(epoch, split_idx)
+                    return
+                except Exception as exc:  # noqa: BLE001 - the executor failed
+                    if draining:  # every consumer may be gone and the executor shut down
+                        return
+                    self._fail_epoch(epoch, PushSplitError(f"execution of epoch {epoch} failed: {exc!r}"))
+                    return
+                pending.extend(zip(bundle.blocks, bundle.slices))
+                del bundle
+            if draining:  # the consumer stopped early: keep the splitter flowing, drop blocks
+                pending.clear()
+                continue
+            entry, block_slice = pending.popleft()
+            self._push_block(epoch, split_idx, entry, block_slice)
+            del entry
+
+    def _push_block(self, epoch: int, split_idx: int, entry, block_slice) -> None:
+        meta = entry.metadata
+        rows = int(meta.num_rows or 0)
+        size = int(meta.size_bytes or 0)
+        bounds = None
+        if block_slice is not None:
+            bounds = (int(block_slice.start_offset), int(block_slice.end_offset))
+            full_rows = rows
+            rows = bounds[1] - bounds[0]
+            size = size * rows // full_rows if full_rows else 0
+        with self._cond:
+            flow = self._flows.get(split_idx)
+            if self._epoch != epoch or self._epoch_error is not None or flow.finished:
+                return
+            seq = flow.push(entry.ref, rows, size)
+            self._set_external_bytes_locked()
+            delivery = Delivery(seq, "block", rows, size, bounds)
+            host = flow.host
+            if host is None:
+                flow.outbox.append(Parcel(delivery, entry.ref))
+                self._cond.notify_all()
+                return
+        # The ref is a top-level argument: Ray resolves it, and the host gets the block
+        # itself, already in its node's object store.
+        call = host.__ray_call__.remote(deliver, self._key, epoch, split_idx, delivery, entry.ref)
+        with self._cond:
+            if self._epoch == epoch:
+                self._delivery_calls[call] = split_idx
+
+    def _end_split(self, epoch: int, split_idx: int) -> None:
+        with self._cond:
+            flow = self._flows.get(split_idx)
+            if self._epoch != epoch or self._epoch_error is not None:
+                return
+            delivery = Delivery(flow.take_seq(), "end")
+            flow.ended = True
+            host = flow.host
+            if host is None:
+                flow.outbox.append(Parcel(delivery))
+                self._cond.notify_all()
+                return
+        host.__ray_call__.remote(deliver, self._key, epoch, split_idx, delivery, None)
+
+    def _set_external_bytes_locked(self) -> None:
+        """Feed pushed-but-unconsumed bytes of every split to the executor's
+        external-consumer hook (``streaming_executor.py:480-483`` →
+        ``ResourceManager.set_external_consumer_bytes``, ``resource_manager.py:177-183``).
+        The value replaces the previous one, so it is the sum over splits."""
+        total = sum(f.unconsumed_bytes() for f in self._flows.values())
+        self._external_bytes = total
+        if len(self._history) < _HISTORY_LIMIT:
+            self._history.append((time.time(), total))
+        if self._executor is not None:
+            self._executor.set_external_consumer_bytes(total)
+
+    # ---------------------------------------------------------------- consumer reports
+
+    def consumed(self, epoch: int, split_idx: int, ranges: list[RowRange]) -> None:
+        """The training loop of ``split_idx`` is done with these rows (ranges of delivered
+        blocks), reported when the loop asks for the batch after theirs.
+
+        Consumed rows open the window (``rows_consumed``, ``bytes_consumed``): the window is
+        everything pushed and not yet done with, the batch in use included. The block's ref is
+        kept until :meth:`released` says no batch views its rows any more. Reports for
+        another epoch, for a finished split, for an unknown block, or for a range already
+        reported (duplicates) are ignored."""
+        self._report(epoch, split_idx, ranges, released=False)
+
+    def released(self, epoch: int, split_idx: int, ranges: list[RowRange]) -> None:
+        """No batch views these rows any more (every array of their batches was garbage
+        collected). When all rows of a block are released, its ref is dropped, so Ray
+        Data's ``BlockRefCounter`` uncharges it. Same filtering as :meth:`consumed`."""
+        self._report(epoch, split_idx, ranges, released=True)
+
+    def _report(self, epoch: int, split_idx: int, ranges: list[RowRange], released: bool) -> None:
+        self._check_split(split_idx)
+        with self._cond:
+            flow = self._flows.get(split_idx)
+            if epoch != self._epoch or flow is None:
+                self._late_reports += 1
+                return
+            if flow.finished:
+                flow.ignored_reports += 1
+                return
+            flow.apply(ranges, released=released)
+            self._set_external_bytes_locked()
+            self._cond.notify_all()
+
+    def finish(self, epoch: int, split_idx: int) -> None:
+        """The consumer of ``split_idx`` stopped iterating epoch ``epoch`` (end, ``break``
+        or error). Drops its remaining refs; when every split has finished, the executor
+        is shut down in the background (as ``SplitCoordinator.notify_split_finished``
+        does, ``stream_split_iterator.py:522-563``)."""
+        self._check_split(split_idx)
+        with self._cond:
+            flow = self._flows.get(split_idx)
+            if epoch != self._epoch or flow is None or flow.finished:
+                return
+            flow.finished = True
+            flow.inflight.clear()
+            flow.outbox.clear()
+            self._set_external_bytes_locked()
+            self._cond.notify_all()
+            if all(f.finished for f in self._flows.values()) and self._executor is not None:
+                executor = self._executor
+                self._teardown_thread = threading.Thread(target=self._shutdown_quietly, args=(executor,),
+                                                         daemon=True, name="push-split-teardown")
+                self._teardown_thread.start()
+
+    def _shutdown_quietly(self, executor) -> None:
+        try:
+            executor.shutdown(force=True)
+        except Exception as exc:  # noqa: BLE001 - surfaced at the next barrier
+            self._teardown_error = exc
+
+    def fetch(self, epoch: int, split_idx: int) -> list:
+        """Deliveries for a split consumed outside an actor (the fetch transport).
+
+        Blocks until a delivery is ready (at most ``FETCH_TIMEOUT_S``). Each item is
+        a :class:`~raydata_course.push_split.messages.Parcel`.
+
+        Raises:
+            PushSplitError: the epoch failed.
+        """
+        self._check_split(split_idx)
+        with self._cond:
+            flow = self._flows.get(split_idx)
+            if epoch != self._epoch or flow is None:
+                raise PushSplitError(f"epoch {epoch} is over; the coordinator is at epoch {self._epoch}.")
+            self._cond.wait_for(lambda: self._epoch != epoch or self._epoch_error is not None
+                                or bool(flow.outbox) or flow.finished, timeout=FETCH_TIMEOUT_S)
+            if self._epoch == epoch and self._epoch_error is not None:
+                raise self._epoch_error
+            out = list(flow.outbox)
+            flow.outbox.clear()
+            return out
+
+    def epoch_status(self, epoch: int) -> Optional[str]:
+        """None while ``epoch`` is healthy, else why it failed (consumers' stall check)."""
+        with self._cond:
+            if epoch == self._epoch and self._epoch_error is not None:
+                return str(self._epoch_error)
+            return None
+
+    # ---------------------------------------------------------------- failures
+
+    def _fail_epoch(self, epoch: int, error: PushSplitError, dead_split: Optional[int] = None) -> None:
+        with self._cond:
+            if epoch != self._epoch or self._epoch_error is not None:
+                return
+            self._epoch_error = error
+            hosts = []
+            for i, flow in self._flows.items():
+                flow.inflight.clear()
+                if flow.host is not None and i != dead_split and not flow.finished:
+                    hosts.append((i, flow.host))
+            executor = self._executor
+            self._set_external_bytes_locked()
+            self._cond.notify_all()
+        logger.warning("push split: %s", error)
+        for i, host in hosts:
+            host.__ray_call__.remote(deliver, self._key, epoch, i, Delivery(-1, "error", error=str(error)), None)
+        if executor is not None:
+            threading.Thread(target=self._shutdown_quietly, args=(executor,), daemon=True).start()
+
+    def _watch(self) -> None:
+        """Liveness: surface failed deliveries and ping the hosts of unfinished splits, so
+        a consumer that dies makes the epoch fail (and the others with it) within a few
+        intervals. Runs for the coordinator's lifetime."""
+        from ray.exceptions import RayActorError
+
+        while not self._stop.wait(self._liveness_interval_s):
+            with self._cond:
+                epoch = self._epoch
+                calls = dict(self._delivery_calls)
+                hosts = {i: f.host for i, f in self._flows.items() if f.host is not None and not f.finished}
+                healthy = self._epoch_error is None
+                barrier_hosts = {i: a.host for i, a in self._arrivals.items() if a.host is not None}
+                waiting = set(barrier_hosts)
+            if not healthy and not waiting:
+                continue
+            if calls:
+                done, _ = ray.wait(list(calls), num_returns=len(calls), timeout=0)
+                with self._cond:
+                    for ref in done:
+                        self._delivery_calls.pop(ref, None)
+                for ref in done:
+                    try:
+                        ray.get(ref)
+                    except RayActorError:
+                        self._fail_epoch(epoch, PushSplitError(
+                            f"the consumer of split {calls[ref]} died during epoch {epoch}."), dead_split=calls[ref])
+                    except Exception as exc:  # noqa: BLE001
+                        self._fail_epoch(epoch, PushSplitError(
+                            f"delivering to split {calls[ref]} failed: {exc!r}"))
+            targets = {**(hosts if healthy else {}), **barrier_hosts}
+            if not targets:
+                continue
+            pings = {i: h.__ray_call__.remote(_ping) for i, h in targets.items()}
+            ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=self._liveness_interval_s)
+            for i, ref in pings.items():
+                if ref not in ready:
+                    continue  # busy, not dead
+                try:
+                    ray.get(ref)
+                except RayActorError:
+                    if i in waiting:
+                        self._fail_barrier(i)
+                    else:
+                        self._fail_epoch(epoch, PushSplitError(
+                            f"the consumer of split {i} died during epoch {epoch}."), dead_split=i)
+
+    def _fail_barrier(self, dead_split: int) -> None:
+        """A split that waits at the barrier died: fail the waiters instead of hanging."""
+        with self._cond:
+            if dead_split not in self._arrivals:
+                return
+            starting = self._epoch
+            self._arrivals = {}
+            for flow in self._flows.values():
+                flow.inflight.clear()
+            self._epoch = starting + 1
+            self._epoch_error = PushSplitError(f"the consumer of split {dead_split} died at the barrier "
+                                               f"of epoch {starting + 1}.")
+            self._flows = {}
+            self._cond.notify_all()
+
+    # ---------------------------------------------------------------- introspection
+
+    def debug_state(self) -> dict:
+        """A snapshot for tests and plots: the epoch, its error, each split's flow state
+        (:meth:`SplitFlow.snapshot`), the external-consumer bytes last reported, the
+        finished epochs' final flow states, and the history of pushed-but-unconsumed
+        bytes as ``(time.time(), bytes)`` pairs."""
+        with self._cond:
+            return {
+                "epoch": self._epoch,
+                "n": self._n,
+                "epoch_error": None if self._epoch_error is None else str(self._epoch_error),
+                "splits": {i: f.snapshot() for i, f in self._flows.items()},
+                "waiting_at_barrier": sorted(self._arrivals),
+                "external_consumer_bytes": self._external_bytes,
+                "late_reports": self._late_reports,
+                "finished_epochs": list(self._epochs),
+                "unconsumed_history": list(self._history),
+            }
+
+    def ping(self) -> bool:
+        return True
+
+    def _check_split(self, split_idx: int) -> None:
+        if not isinstance(split_idx, int) or not 0 <= split_idx < self._n:
+            raise ValueError(f"split_idx must be between 0 and {self._n - 1}, got {split_idx!r}.")

@@ -1,0 +1,1 @@
+"""Test-only drivers and helpers (never imported by the course's packages)."""
