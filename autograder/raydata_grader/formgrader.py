@@ -25,30 +25,9 @@ from typing import Sequence
 
 from raydata_course.jupyter import exec_lab, lab_environment
 from raydata_course.layout import GRADING_DIR_ENV
-from raydata_grader.paths import instructor_root
+from raydata_grader.paths import check_instructor_root, instructor_root
 
-__all__ = ["COURSE_MARKERS", "check_course_root", "check_grading_dir", "launch"]
-
-#: Files and folders that make a folder a course root that formgrader can serve.
-COURSE_MARKERS = ("nbgrader_config.py", "autograder/nbgrader_config.py", "solutions", "exercises")
-
-
-def check_course_root(root: str | os.PathLike) -> Path:
-    """Return ``root`` resolved, after checking that formgrader can serve it.
-
-    Raises:
-        FileNotFoundError: naming what is missing (``nbgrader_config.py``,
-            ``autograder/nbgrader_config.py``, ``solutions/`` or ``exercises/``).
-    """
-    folder = Path(root).resolve()
-    missing = [name for name in COURSE_MARKERS if not (folder / name).exists()]
-    if missing:
-        raise FileNotFoundError(
-            f"{folder} is not a course root: it lacks {', '.join(missing)}. Start JupyterLab from "
-            "the repository root (make jupyter)."
-        )
-    return folder
-
+__all__ = ["check_grading_dir", "launch"]
 
 def check_grading_dir(folder: str | os.PathLike, root: str | os.PathLike) -> Path:
     """Return ``folder`` resolved, after checking formgrader can show it.
@@ -84,7 +63,7 @@ def launch(*, port: int | None = None, open_browser: bool = True, root: str | os
         SystemExit: if the course root, the course kernel or the grading folder is missing.
     """
     try:
-        folder = check_course_root(root or instructor_root())
+        folder = check_instructor_root(root) if root else instructor_root()
         env = lab_environment()
         if grading:
             env[GRADING_DIR_ENV] = str(check_grading_dir(grading, folder))

@@ -13,6 +13,8 @@ from raydata_course.layout import assignment_ids, course_root, exercise_notebook
 
 __all__ = [
     "InstructorCheckoutNotFound",
+    "INSTRUCTOR_MARKERS",
+    "check_instructor_root",
     "instructor_root",
     "ASSIGNMENTS",
     "source_notebook",
@@ -22,12 +24,31 @@ __all__ = [
     "nbgrader_config_file",
 ]
 
-#: What an instructor's checkout holds beyond the course a student gets.
-_GRADER_MARKERS = ("solutions", "autograder/nbgrader_config.py", "autograder/oracles")
+#: What an instructor's checkout holds beyond the course a student gets: nbgrader's source,
+#: the grader's folder, and the course root's ``nbgrader_config.py`` (formgrader and Validate
+#: read it there).
+INSTRUCTOR_MARKERS = ("solutions", "exercises", "nbgrader_config.py", "autograder/nbgrader_config.py",
+                      "autograder/oracles")
 
 
 class InstructorCheckoutNotFound(FileNotFoundError):
     """The course folder found is not an instructor's checkout (a student bundle, say)."""
+
+
+def check_instructor_root(folder: str | os.PathLike) -> Path:
+    """Return ``folder`` resolved, after checking that it is an instructor's checkout.
+
+    Raises:
+        InstructorCheckoutNotFound: naming what is missing (see :data:`INSTRUCTOR_MARKERS`).
+    """
+    root = Path(folder).resolve()
+    missing = [m for m in INSTRUCTOR_MARKERS if not (root / m).exists()]
+    if missing:
+        raise InstructorCheckoutNotFound(
+            f"{root} is not an instructor's checkout of the course: it lacks {', '.join(missing)}. "
+            "Run from the course repository's root (the student bundle has no grader)."
+        )
+    return root
 
 
 def instructor_root() -> Path:
@@ -39,14 +60,7 @@ def instructor_root() -> Path:
     Raises:
         InstructorCheckoutNotFound: naming what is missing.
     """
-    root = course_root(start=Path(__file__).resolve().parents[2])
-    missing = [m for m in _GRADER_MARKERS if not (root / m).exists()]
-    if missing:
-        raise InstructorCheckoutNotFound(
-            f"{root} is a course folder but not an instructor's checkout: it lacks {', '.join(missing)}. "
-            "Grading needs the course repository, not the student bundle."
-        )
-    return root
+    return check_instructor_root(course_root(start=Path(__file__).resolve().parents[2]))
 
 
 def _discover() -> tuple[str, ...]:

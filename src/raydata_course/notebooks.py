@@ -97,10 +97,11 @@ def execute_notebook(
 ) -> NotebookRun:
     """Run a notebook top to bottom in a fresh kernel; stop at the first error.
 
-    A cell tagged ``raises-exception`` may raise; any other error ends the run, unless
-    ``allow_errors`` (then every cell runs, and :func:`cell_errors` of ``run.notebook`` lists
-    what raised). ``RAYDATA_COURSE_HEADLESS=1`` is set for the kernel, so Ray Data draws no
-    progress bars. A cell that runs past ``cell_timeout_s`` is interrupted.
+    A cell tagged ``raises-exception`` may raise; any other error ends the run, and so does a
+    cell that runs past ``cell_timeout_s`` (status ``"timeout"``). With ``allow_errors`` every
+    cell runs, as in grading: a cell that raises or runs too long (it is interrupted) leaves
+    its error in ``run.notebook``, which :func:`cell_errors` lists. ``RAYDATA_COURSE_HEADLESS=1``
+    is set for the kernel, so Ray Data draws no progress bars.
 
     Args:
         path: the notebook to run.

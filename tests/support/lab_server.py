@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from raydata_course.jupyter import lab_command, lab_environment
-from raydata_grader.formgrader import check_course_root
+from raydata_grader.paths import check_instructor_root
 
 __all__ = ["LabServer", "LabServerError", "free_port"]
 
@@ -42,7 +42,7 @@ class LabServer:
             server.url("lab/tree/exercises/data01/data01.ipynb")  # with ?token=...
 
     Args:
-        root: the course root (see :func:`check_course_root`).
+        root: the course root (see :func:`raydata_grader.paths.check_instructor_root`).
         log_path: file that receives the server's stdout and stderr.
         env: the server's environment (default :func:`lab_environment`); kernels inherit it.
         extra_args: more ``jupyter lab`` options.
@@ -65,7 +65,7 @@ class LabServer:
     ) -> None:
         if start_timeout_s <= 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s!r}.")
-        self.root = check_course_root(root)
+        self.root = check_instructor_root(root)
         self.log_path = Path(log_path)
         self.env = lab_environment() if env is None else env
         self.extra_args = list(extra_args)
