@@ -46,7 +46,7 @@ $(STAMP): requirements.txt requirements-lock.txt pyproject.toml autograder/pypro
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e . -e autograder
-	$(BIN)/python -m raydata_course.layout
+	$(BIN)/python -m raydata_course.jupyter --install-kernel
 	touch $(STAMP)
 
 setup: $(STAMP)

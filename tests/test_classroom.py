@@ -240,8 +240,7 @@ def test_student_bundle_holds_no_grader_material(tmp_path):
 
 
 def test_self_check_reports_structure_without_running(tmp_path, fixture_class):
-    course = tmp_path / "course"
-    (course / "chapters").mkdir(parents=True)
+    course = tmp_path / "course"  # an exercise kept with its pristine release, without chapters/
     (course / "exercises" / "data02").mkdir(parents=True)
     (course / ".pristine" / "exercises" / "data02").mkdir(parents=True)
     (course / ".pristine" / "exercises" / "data02" / "data02.ipynb").write_bytes(release_notebook("data02").read_bytes())

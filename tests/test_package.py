@@ -114,6 +114,21 @@ def test_object_store_stats_sees_a_put(ray_cluster):
     del ref
 
 
+def test_course_root_is_found_and_a_wrong_root_is_refused(tmp_path, monkeypatch):
+    from raydata_course.jupyter import main
+
+    root = layout.course_root()
+    assert (root / "chapters").is_dir() and (root / "exercises").is_dir()
+    (tmp_path / "exercises").mkdir()
+    assert layout.course_root(tmp_path, needs=("exercises",)) == tmp_path.resolve()
+    monkeypatch.setenv(layout.COURSE_ROOT_ENV, str(tmp_path))
+    assert layout.course_root() == root  # the override lacks chapters/: not the course
+    with pytest.raises(SystemExit, match="is not the course folder: it needs chapters/ and exercises/"):
+        main(["--root", str(tmp_path), "--no-browser"])
+    with pytest.raises(ValueError, match="not an assignment id"):
+        layout.exercise_notebook("../../etc/passwd")
+
+
 # -------------------------------------------------------------------------------- data
 
 
@@ -173,6 +188,21 @@ def test_hidden_check_reports_the_message_without_oracle_source(monkeypatch, tmp
     assert info.value.__cause__ is None and info.value.__suppress_context__
     with pytest.raises(AssertionError, match="your code raised ZeroDivisionError"):
         hidden.hidden_check("demo", "check_raises", lambda x: x / 0)
+
+
+def test_hidden_check_ignores_a_rebound_oracles_variable(monkeypatch, tmp_path):
+    """An answer cell that points the course's name for the oracles' variable elsewhere (at
+    checks that pass everything) does not change which oracles a hidden test runs."""
+    real, fake = tmp_path / "real", tmp_path / "fake"
+    real.mkdir()
+    fake.mkdir()
+    (real / "demo.py").write_text("def check(fn):\n    assert fn() == 1, 'wrong'\n")
+    (fake / "demo.py").write_text("def __getattr__(name):\n    return lambda *a, **k: None\n")
+    monkeypatch.setenv(layout.ORACLES_ENV, str(real))
+    monkeypatch.setenv("FAKE_CHECKS", str(fake))
+    monkeypatch.setattr(layout, "ORACLES_ENV", "FAKE_CHECKS")
+    with pytest.raises(AssertionError, match="wrong"):
+        hidden.hidden_check("demo", "check", lambda: 0)
 
 
 def test_reference_answers_strip_the_markers():

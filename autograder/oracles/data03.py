@@ -16,7 +16,7 @@ import pyarrow as pa
 import ray
 
 from raydata_course.chapters import ch03_actor_pools as pools
-from raydata_course.chapters import ch03_classifier as models
+from raydata_course.chapters import ch03_classifier as inference
 from raydata_course.data import load_wine_table
 
 _CONFIDENCE_ATOL = 1e-4
@@ -38,9 +38,9 @@ def _oracle_model(folder: Path):
     x = np.stack([wine[c].to_numpy() for c in names], axis=1)
     y = wine["cultivar"].to_numpy()
     train = np.arange(wine.num_rows) % 3 != 1
-    clf = models.train_classifier(x[train], y[train], num_classes=3, feature_names=names,
+    clf = inference.train_classifier(x[train], y[train], num_classes=3, feature_names=names,
                                      hidden_units=16, epochs=120, seed=7)
-    return clf, str(models.save_classifier(clf, folder / "oracle-wine.pt"))
+    return clf, str(inference.save_classifier(clf, folder / "oracle-wine.pt"))
 
 
 def _reference(clf, frame: pd.DataFrame, min_confidence: float) -> pd.DataFrame:
@@ -113,7 +113,7 @@ def check_predictor(WinePredictor):
             whole = _check_output(predictor(_readonly_batch(frame)), frame, "WinePredictor")
             loads = _loads() - before
             assert loads >= 1, (
-                "WinePredictor never called models.load_classifier(model_path): load the model with it "
+                "WinePredictor never called inference.load_classifier(model_path): load the model with it "
                 "in __init__."
             )
             assert loads == 1, (

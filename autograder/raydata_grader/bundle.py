@@ -66,7 +66,7 @@ $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
 \t$(BIN)/python -m pip install --quiet --upgrade pip
 \t$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
 \t$(BIN)/python -m pip install --quiet --no-deps -e .
-\t$(BIN)/python -m raydata_course.layout
+\t$(BIN)/python -m raydata_course.jupyter --install-kernel
 \ttouch $(STAMP)
 
 setup: $(STAMP)
@@ -100,7 +100,7 @@ With conda instead:
 
 ```bash
 conda env create -f environment.yml && conda activate streaming-ray-data
-python -m raydata_course.layout    # registers the course kernel
+python -m raydata_course.jupyter --install-kernel   # registers the course kernel
 jupyter lab
 ```
 

@@ -17,9 +17,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from raydata_course.layout import ORACLES_ENV
-
 __all__ = ["HiddenOraclesUnavailable", "hidden_check"]
+
+
+def _fresh_layout():
+    """A fresh copy of :mod:`raydata_course.layout`, run from its file now.
+
+    The hidden cell reloads this module so that it runs the real check whatever an answer
+    cell did before; the course's facts it reads must be as fresh. An answer cell that rebinds
+    ``raydata_course.layout.ORACLES_ENV`` changes the imported module, not this copy (and
+    ``sys.modules`` keeps the module the rest of the kernel uses).
+    """
+    spec = importlib.util.find_spec("raydata_course.layout")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class HiddenOraclesUnavailable(RuntimeError):
@@ -43,12 +55,13 @@ def hidden_check(assignment: str, check: str, *args: Any, **kwargs: Any) -> None
             explanation; the traceback stops here, so no oracle source reaches feedback.
         HiddenOraclesUnavailable: ``RAYDATA_COURSE_ORACLES`` is unset or lacks the module.
     """
-    folder = os.environ.get(ORACLES_ENV)
+    oracles_env = _fresh_layout().ORACLES_ENV
+    folder = os.environ.get(oracles_env)
     path = Path(folder, f"{assignment}.py") if folder else None
     if path is None or not path.is_file():
         raise HiddenOraclesUnavailable(
             f"Hidden tests for {assignment} run only in the course's grader "
-            f"({ORACLES_ENV} is {'unset' if not folder else repr(folder)}). "
+            f"({oracles_env} is {'unset' if not folder else repr(folder)}). "
             "Students: use the visible tests and `Validate` instead."
         )
     spec = importlib.util.spec_from_file_location(f"_raydata_course_oracle_{assignment}", path)

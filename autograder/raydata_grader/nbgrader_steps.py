@@ -42,7 +42,7 @@ __all__ = ["GRADER_ACCESS_PATTERN", "RejectGraderAccess", "TrackedExecute", "Std
            "HideHiddenTests", "GraderNotes"]
 
 #: What an answer cell may not mention: the hidden-test machinery and where it lives.
-GRADER_ACCESS_PATTERN = (r"hidden_check|raydata_grader|RAYDATA_COURSE_ORACLES|autograder[/.\\]oracles"
+GRADER_ACCESS_PATTERN = (r"hidden_check|raydata_grader|RAYDATA_COURSE_ORACLES|ORACLES_ENV|autograder[/.\\]oracles"
                          r"|_raydata_course_oracle")
 #: What a hidden test's source becomes in feedback.
 HIDDEN_PLACEHOLDER = "# Hidden test: it runs only in the grader, on inputs you have not seen. Its result is below."

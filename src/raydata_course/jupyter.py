@@ -11,6 +11,8 @@ for that and for starting JupyterLab:
 - :func:`lab_command` and :func:`lab_environment`: the command line and environment that
   start JupyterLab at the course root with the course kernel as default; the virtual
   environment's ``bin`` comes first on ``PATH``;
+- :func:`install_kernel`: registers this Python as the course kernel (``make setup``, or
+  ``python -m raydata_course.jupyter --install-kernel``);
 - :func:`main`: ``python -m raydata_course.jupyter [--port N] [--no-browser] [--root DIR]
   [jupyter options]``.
 
@@ -35,9 +37,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from raydata_course.layout import KERNEL_NAME, course_root
+from raydata_course.layout import KERNEL_DISPLAY_NAME, KERNEL_NAME, course_root, is_course_root
 
 __all__ = [
+    "install_kernel",
     "VALIDATE_KERNEL_ARGUMENTS",
     "lab_command",
     "lab_environment",
@@ -45,6 +48,20 @@ __all__ = [
     "exec_lab",
     "main",
 ]
+
+def install_kernel(prefix: str | None = None) -> str:
+    """Register this Python as the course's Jupyter kernel (``make setup`` calls it).
+
+    Args:
+        prefix: install under this environment prefix; default ``sys.prefix`` (the venv).
+
+    Returns:
+        The folder the kernelspec was written to.
+    """
+    from ipykernel.kernelspec import install
+
+    return install(kernel_name=KERNEL_NAME, display_name=KERNEL_DISPLAY_NAME, prefix=prefix or sys.prefix)
+
 
 #: Kernel arguments for the kernels that nbgrader's Validate starts (set as
 #: ``c.Validator.Execute.extra_arguments`` in the course root's ``nbgrader_config.py``).
@@ -127,7 +144,7 @@ def check_kernel() -> None:
     except NoSuchKernel:
         raise SystemExit(
             f"The Jupyter kernel {KERNEL_NAME!r} is not installed. Run `make setup`, or "
-            "`python -m raydata_course.layout` in the course's environment."
+            "`python -m raydata_course.jupyter --install-kernel` in the course's environment."
         ) from None
 
 
@@ -148,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m raydata_course.jupyter``: run JupyterLab on the course until interrupted.
 
     Options ``--port N``, ``--no-browser`` and ``--root DIR``; anything else is passed to
-    ``jupyter lab``.
+    ``jupyter lab``. ``--install-kernel`` registers the course kernel and exits.
 
     Raises:
         SystemExit: if the course folder or the course kernel is missing.
@@ -158,9 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None, help="listen on this port only")
     parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     parser.add_argument("--root", default=None, help="course folder (default: the one found from here)")
+    parser.add_argument("--install-kernel", action="store_true", help="register the course kernel, then exit")
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if args.install_kernel:
+        print(f"installed the kernel {KERNEL_NAME!r} in {install_kernel()}")
+        return 0
+    if args.root is not None and not is_course_root(args.root):
+        raise SystemExit(f"{args.root} is not the course folder: it needs chapters/ and exercises/.")
     try:
-        root = course_root(args.root)
+        root = Path(args.root).resolve() if args.root is not None else course_root()
     except FileNotFoundError as exc:
         raise SystemExit(str(exc)) from None
     exec_lab(root, port=args.port, open_browser=not args.no_browser, extra_args=rest)

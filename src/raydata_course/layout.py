@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 __all__ = [
@@ -33,11 +32,12 @@ __all__ = [
     "SELF_CHECK_ENV",
     "GRADING_DIR_ENV",
     "CourseRootNotFound",
+    "COURSE_FOLDERS",
+    "is_course_root",
     "course_root",
     "is_assignment_id",
     "assignment_ids",
     "exercise_notebook",
-    "install_kernel",
 ]
 
 #: The Jupyter kernel the course registers in its virtual environment (``make setup``), names
@@ -79,15 +79,21 @@ SELF_CHECK_ENV = "RAYDATA_COURSE_SELF_CHECK"
 GRADING_DIR_ENV = "RAYDATA_COURSE_GRADING_DIR"
 
 
+#: The folders that make a folder the course: the repository root in an instructor's
+#: checkout, the top folder of the student bundle.
+COURSE_FOLDERS = ("chapters", "exercises")
+
+
 class CourseRootNotFound(FileNotFoundError):
-    """No folder with ``chapters/`` and ``exercises/`` was found."""
+    """No folder with the course's folders (``chapters/`` and ``exercises/``) was found."""
 
 
-def _is_course_root(folder: Path) -> bool:
-    return (folder / "chapters").is_dir() and (folder / "exercises").is_dir()
+def is_course_root(folder: str | os.PathLike, needs: tuple[str, ...] = COURSE_FOLDERS) -> bool:
+    """True when ``folder`` holds every folder in ``needs`` (default: the course's)."""
+    return all((Path(folder) / name).is_dir() for name in needs)
 
 
-def course_root(start: str | os.PathLike | None = None) -> Path:
+def course_root(start: str | os.PathLike | None = None, *, needs: tuple[str, ...] = COURSE_FOLDERS) -> Path:
     """Return the course folder: the one holding ``chapters/`` and ``exercises/``.
 
     That is the repository root in an instructor's checkout and the top folder of the
@@ -97,12 +103,14 @@ def course_root(start: str | os.PathLike | None = None) -> Path:
 
     Args:
         start: a path inside the course (a notebook, say) to search upwards from first.
+        needs: the folders the course folder must hold; the self-check, which only compares
+            an exercise with its release, asks for ``("exercises",)``.
 
     Returns:
         The course folder, resolved.
 
     Raises:
-        CourseRootNotFound: if no candidate holds both ``chapters/`` and ``exercises/``.
+        CourseRootNotFound: if no candidate holds every folder in ``needs``.
     """
     candidates: list[Path] = []
     if os.environ.get(COURSE_ROOT_ENV):
@@ -114,11 +122,12 @@ def course_root(start: str | os.PathLike | None = None) -> Path:
     cwd = Path.cwd().resolve()
     candidates.extend([cwd, *cwd.parents])
     for folder in candidates:
-        if _is_course_root(folder):
+        if is_course_root(folder, needs):
             return folder.resolve()
+    wanted = " and ".join(f"{name}/" for name in needs)
     raise CourseRootNotFound(
-        "Could not find the course folder (one with chapters/ and exercises/). Run from inside "
-        f"the course, or set {COURSE_ROOT_ENV}=/path/to/the/course."
+        f"Could not find the course folder (one with {wanted}). Run from inside the course, or set "
+        f"{COURSE_ROOT_ENV}=/path/to/the/course."
     )
 
 
@@ -151,21 +160,3 @@ def exercise_notebook(assignment: str, root: str | os.PathLike | None = None) ->
     if not is_assignment_id(assignment):
         raise ValueError(f"{assignment!r} is not an assignment id; they look like data01.")
     return Path(root or course_root()) / "exercises" / assignment / f"{assignment}.ipynb"
-
-
-def install_kernel(prefix: str | None = None) -> str:
-    """Register this Python as the course's Jupyter kernel (``make setup`` calls it).
-
-    Args:
-        prefix: install under this environment prefix; default ``sys.prefix`` (the venv).
-
-    Returns:
-        The folder the kernelspec was written to.
-    """
-    from ipykernel.kernelspec import install
-
-    return install(kernel_name=KERNEL_NAME, display_name=KERNEL_DISPLAY_NAME, prefix=prefix or sys.prefix)
-
-
-if __name__ == "__main__":  # python -m raydata_course.layout: register the course kernel
-    print(f"installed kernel {KERNEL_NAME!r} in {install_kernel()}")

@@ -7,7 +7,7 @@ class WinePredictor:
         self.min_confidence = float(min_confidence)
 
     def __call__(self, batch: dict) -> dict:
-        clf = models.load_classifier(self.model_path)
+        clf = inference.load_classifier(self.model_path)
         x = np.stack([batch[name] for name in clf.feature_names], axis=1).astype(np.float32)
         proba = clf.probabilities((x - clf.mean) / clf.std)
         predicted = proba.argmax(axis=1).astype(np.int64)

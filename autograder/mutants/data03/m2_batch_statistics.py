@@ -3,7 +3,7 @@ ANSWERS = {
     "predictor_answer": '''
 class WinePredictor:
     def __init__(self, model_path: str, min_confidence: float = 0.0):
-        self.classifier = models.load_classifier(model_path)
+        self.classifier = inference.load_classifier(model_path)
         self.min_confidence = float(min_confidence)
 
     def __call__(self, batch: dict) -> dict:

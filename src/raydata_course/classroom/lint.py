@@ -47,8 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nbformat
-from nbgrader.utils import is_grade, is_locked, is_solution
-
 from raydata_course.layout import KERNELSPEC
 
 __all__ = [
@@ -155,6 +153,8 @@ def _set_type(cell, cell_type: str) -> None:
 
 
 def _kind(cell) -> str:
+    from nbgrader.utils import is_grade, is_solution  # here, not at the top: nbgrader is slow to import
+
     if is_solution(cell):
         return "answer cell"
     if is_grade(cell):
@@ -164,6 +164,8 @@ def _kind(cell) -> str:
 
 def unanswered_cells(notebook) -> list[str]:
     """``grade_id`` of each answer cell that still raises ``NotImplementedError()``."""
+    from nbgrader.utils import is_solution  # here, not at the top: nbgrader is slow to import
+
     return [grade_id(c) for c in notebook.cells
             if is_solution(c) and c.get("cell_type") == "code" and "raise NotImplementedError()" in c.get("source", "")]
 
@@ -184,6 +186,8 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
         ValueError: if ``release`` has no nbgrader cells or repeats a ``grade_id`` (a broken
             release is the course's bug, not the student's).
     """
+    from nbgrader.utils import is_locked, is_solution  # here, not at the top: nbgrader is slow to import
+
     kernelspec = kernelspec or KERNELSPEC
     rel_cells = [c for c in release.cells if grade_id(c)]
     rel_ids = [grade_id(c) for c in rel_cells]

@@ -36,8 +36,6 @@ from pathlib import Path
 
 import nbformat
 
-from nbgrader.utils import is_grade, is_solution
-
 from raydata_course.classroom.lint import grade_id, lint_notebook
 from raydata_course.layout import (
     ASSIGNMENT_GLOB,
@@ -115,9 +113,9 @@ def find_release(assignment: str, notebook: Path):
         ``(notebook_node, origin)``, or ``(None, reason)`` when no pristine copy is found.
     """
     try:
-        root = course_root(notebook.resolve().parent)
+        root = course_root(notebook.resolve().parent, needs=("exercises",))
     except CourseRootNotFound:
-        return None, "no course folder (with chapters/ and exercises/) above the notebook"
+        return None, "no course folder (with exercises/) above the notebook"
     rel = Path("exercises") / assignment / f"{assignment}.ipynb"
     pristine = root / ".pristine" / rel
     if pristine.is_file():
@@ -135,6 +133,8 @@ def find_release(assignment: str, notebook: Path):
 
 
 def _is_hidden(cell) -> bool:
+    from nbgrader.utils import is_grade  # here, not at the top: nbgrader is slow to import
+
     code = [ln for ln in cell.get("source", "").splitlines() if ln.strip() and not ln.strip().startswith("#")]
     return is_grade(cell) and not code
 
@@ -184,6 +184,8 @@ def self_check(assignment: str | None = None, notebook: str | os.PathLike | None
     Raises:
         FileNotFoundError: if the notebook cannot be found.
     """
+    from nbgrader.utils import is_grade, is_solution  # here, not at the top: nbgrader is slow to import
+
     if os.environ.get(SELF_CHECK_ENV):
         report = SelfCheckReport(str(notebook or ""), assignment or "", errors=[])
         print("self_check() skipped: this is the self-check's own run of your notebook.")

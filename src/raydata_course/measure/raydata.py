@@ -97,7 +97,8 @@ class RayDataProbe(_ExecutionCallback):
     #: seconds between shipments to the recorder.
     flush_s = 0.5
     _lock = threading.Lock()
-    _local: list[RayDataSample] = []
+    #: this process's samples, per probe class (a subclass keeps its own).
+    _local: dict[type, list[RayDataSample]] = {}
 
     def __init__(self) -> None:
         self._pid = os.getpid()
@@ -111,21 +112,21 @@ class RayDataProbe(_ExecutionCallback):
     # ------------------------------------------------------------ this process's samples
     @classmethod
     def reset(cls) -> None:
-        """Forget the samples this process has taken."""
+        """Forget the samples this class has taken in this process."""
         with RayDataProbe._lock:
-            RayDataProbe._local = []
+            RayDataProbe._local[cls] = []
 
     @classmethod
     def samples(cls) -> list[RayDataSample]:
-        """The samples taken in this process since the last :meth:`reset`, oldest first."""
+        """The samples this class took in this process since the last :meth:`reset`, oldest first."""
         with RayDataProbe._lock:
-            return list(RayDataProbe._local)
+            return list(RayDataProbe._local.get(cls, []))
 
     @classmethod
     def operators(cls) -> list[str]:
         """The physical operators of the last execution sampled in this process, upstream first."""
         with RayDataProbe._lock:
-            return next((list(s.operators) for s in reversed(RayDataProbe._local) if s.operators), [])
+            return next((list(s.operators) for s in reversed(RayDataProbe._local.get(cls, [])) if s.operators), [])
 
     # ------------------------------------------------------------ the callback
     def _read(self, executor, now: float) -> RayDataSample | None:
@@ -166,8 +167,9 @@ class RayDataProbe(_ExecutionCallback):
         sample = self._read(executor, now)
         if sample is not None:
             with RayDataProbe._lock:
-                if len(RayDataProbe._local) < _MAX_LOCAL_SAMPLES:
-                    RayDataProbe._local.append(sample)
+                local = RayDataProbe._local.setdefault(type(self), [])
+                if len(local) < _MAX_LOCAL_SAMPLES:
+                    local.append(sample)
             self._buffer.append(asdict(sample))
         if now - self._last_flush >= self.flush_s:
             self._flush()
