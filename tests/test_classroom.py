@@ -16,6 +16,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
+import shutil
 import sys
 import time
 import zipfile
@@ -234,6 +236,39 @@ def test_student_bundle_holds_no_grader_material(tmp_path):
     leaks = audit_bundle(leaky, ROOT)
     assert any("oracles:" in leak for leak in leaks)
     assert "src/raydata_course/needs_grader.py: imports the grader (raydata_grader)" in leaks
+    # files unpack readable by everyone, not only their owner
+    with zipfile.ZipFile(path) as z:
+        assert {info.external_attr >> 16 for info in z.infolist()} == {0o644}
+    # nbgrader's Validate, run from the unpacked bundle, grades as the grader does
+    with zipfile.ZipFile(path) as z:
+        z.extractall(tmp_path / "unpacked")
+    from nbgrader.preprocessors import Execute
+    from nbgrader.server_extensions.validate_assignment.handlers import ValidateAssignmentHandler
+    from nbgrader.validator import Validator
+
+    from raydata_course.jupyter import VALIDATE_KERNEL_ARGUMENTS
+    from raydata_course.layout import GRADER_CELL_TIMEOUT_S
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path / "unpacked" / "streaming-ray-data")
+    try:
+        execute = Execute(parent=Validator(config=ValidateAssignmentHandler.load_config(None)))
+    finally:
+        os.chdir(cwd)
+    assert execute.extra_arguments == VALIDATE_KERNEL_ARGUMENTS
+    assert (execute.timeout, execute.kernel_name) == (GRADER_CELL_TIMEOUT_S, KERNEL_NAME)
+
+
+def test_student_bundle_refuses_answered_exercises(tmp_path):
+    """An instructor who answered an exercise in place cannot ship the answers."""
+    course = tmp_path / "course"
+    for name in ("chapters", "exercises", "solutions", "autograder/oracles", "autograder/mutants", "src/raydata_course"):
+        shutil.copytree(ROOT / name, course / name, ignore=shutil.ignore_patterns("__pycache__"))
+    answered = reference_submission("data01", course / "exercises" / "data01" / "data01.ipynb")
+    nbformat.write(answered, course / "exercises" / "data01" / "data01.ipynb")
+    with pytest.raises(RuntimeError, match=r"answered or edited by hand\?\): exercises/data01/data01.ipynb\."):
+        build_bundle(tmp_path / "bundle.zip", course)
+    assert not (tmp_path / "bundle.zip").exists()
 
 
 # ------------------------------------------------------------------------ self-check

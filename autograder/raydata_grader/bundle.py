@@ -34,13 +34,14 @@ from raydata_course.layout import KERNEL_DISPLAY_NAME
 from raydata_grader.mutants import load_mutants
 from raydata_grader.paths import instructor_root
 
-__all__ = ["PACKAGE", "SETUP_FILES", "build_bundle", "audit_bundle", "secret_lines", "find_secrets", "html_text"]
+__all__ = ["PACKAGE", "SETUP_FILES", "changed_exercises", "build_bundle", "audit_bundle", "secret_lines",
+           "find_secrets", "html_text"]
 
 TOP = "streaming-ray-data"
 #: The student package, shipped whole.
 PACKAGE = "src/raydata_course"
-#: The repository files that install it.
-SETUP_FILES = ("pyproject.toml", "requirements.txt", "requirements-lock.txt", "environment.yml")
+#: The repository files that install it, and nbgrader's settings for the Validate button.
+SETUP_FILES = ("pyproject.toml", "requirements.txt", "requirements-lock.txt", "environment.yml", "nbgrader_config.py")
 #: Top-level folders that never go to students.
 FORBIDDEN_DIRS = ("solutions", "autograder", "tests", "build", "submitted", "autograded", "feedback", ".ci")
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "hidden_check(")
@@ -62,6 +63,7 @@ RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
 .PHONY: setup jupyter check lab-quick
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
+\t@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
 \ttest -x $(BIN)/python || $(PYTHON) -m venv .venv
 \t$(BIN)/python -m pip install --quiet --upgrade pip
 \t$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
@@ -75,6 +77,7 @@ jupyter: $(STAMP)
 \t$(RUN) $(BIN)/python -m raydata_course.jupyter $(ARGS)
 
 check: $(STAMP)
+\t@test -n "$(A)" || { echo "usage: make check A=data01 (the exercise to check)"; exit 2; }
 \t$(RUN) $(BIN)/python -m raydata_course.classroom check exercises/$(A)/$(A).ipynb
 
 lab-quick: $(STAMP)
@@ -120,6 +123,11 @@ jupyter lab
   or, in a terminal, `make check A=data01`. It checks the saved notebook's structure against
   the exercise as released (kept in `.pristine/`), runs the visible tests in a fresh kernel, and
   tells you what to fix. It cannot show hidden tests: you do not have them.
+- The notebook toolbar's **Validate** button runs the visible tests too, as the grader does:
+  a test fails only when it raises (Ray's log lines do not count), with the grader's per-cell
+  limit (`nbgrader_config.py` here sets this up).
+- Terminal commands other than `make` use the course's environment: run them as
+  `.venv/bin/python ...`, or `source .venv/bin/activate` first.
 - Submit `exercises/dataNN/dataNN.ipynb` as your instructor asks (the folder, or a zip named
   after you holding `dataNN/dataNN.ipynb`).
 
@@ -140,14 +148,50 @@ def _tree(root: Path, folder: str) -> list[tuple[str, bytes]]:
             and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(base).parts)]
 
 
+def changed_exercises(root: str | Path | None = None) -> list[str]:
+    """The notebooks of ``exercises/`` that differ from a fresh release of ``solutions/``.
+
+    nbgrader generates the release into a scratch folder (:func:`~raydata_grader.course_dir.release`),
+    and each notebook is compared with the committed one, outputs stripped. A difference means
+    ``exercises/`` is stale, or someone answered or edited an exercise in place.
+
+    Returns:
+        Paths relative to ``root`` (empty when ``exercises/`` is current); a release notebook
+        that is missing is listed too.
+    """
+    import shutil
+    import tempfile
+
+    from raydata_course.notebooks import strip_outputs
+    from raydata_grader.course_dir import release
+
+    root = Path(root or instructor_root())
+    changed = []
+    with tempfile.TemporaryDirectory(prefix="rdc-release-") as tmp:
+        shutil.copytree(root / "solutions", Path(tmp) / "solutions")
+        for path in release(course_dir=tmp):
+            committed = root / path.relative_to(tmp)
+            fresh = nbformat.writes(strip_outputs(nbformat.read(path, as_version=4)))
+            if not committed.is_file() or nbformat.writes(nbformat.read(committed, as_version=4)) != fresh:
+                changed.append(committed.relative_to(root).as_posix())
+    return changed
+
+
 def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
     """Write the student zip to ``out`` and audit it.
 
     Raises:
-        RuntimeError: if the audit finds anything that must not reach students.
+        RuntimeError: if ``exercises/`` is not the current release of ``solutions/`` (see
+            :func:`changed_exercises`), or the audit finds anything that must not reach students.
     """
     root = Path(root or instructor_root())
     out = Path(out)
+    stale = changed_exercises(root)
+    if stale:
+        raise RuntimeError(
+            "exercises/ is not nbgrader's release of solutions/ (answered or edited by hand?): "
+            f"{', '.join(stale)}. Run `make release` (or `git checkout exercises/`) and build again."
+        )
     files: list[tuple[str, bytes]] = [
         ("README.md", STUDENT_README.encode()),
         ("Makefile", STUDENT_MAKEFILE.encode()),
@@ -164,7 +208,10 @@ def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
     tmp = out.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in files:
-            z.writestr(f"{TOP}/{name}", data)
+            info = zipfile.ZipInfo(f"{TOP}/{name}", date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16  # -rw-r--r-- when unpacked
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
     leaks = audit_bundle(tmp, root)
     if leaks:
         tmp.unlink()

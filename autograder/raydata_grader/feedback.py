@@ -19,14 +19,17 @@ from raydata_grader.records import Row
 __all__ = ["write_feedback"]
 
 
+def _notes(row: Row) -> list[str]:
+    """The row's findings, one sentence each (rows of earlier runs kept only the message)."""
+    return [n for n in row.notes if n] or ([row.message] if row.message else [])
+
+
 def _notes_markdown(row: Row, note: str) -> str:
     lines = [f"### Grader's notes: {row.assignment}, {row.student}", "",
              f"**Status: {row.status}** · score {row.score:g} / {row.max_score:g}", ""]
     if note:
         lines += [f"- {note}"]
-    for msg in row.message.split("; "):
-        if msg:
-            lines.append(f"- {msg}")
+    lines += [f"- {msg}" for msg in _notes(row)]
     if row.repairs:
         lines += ["", "Repairs made before grading (the grader restores the exercise's structure; "
                   "avoid these next time):", ""]
@@ -35,7 +38,7 @@ def _notes_markdown(row: Row, note: str) -> str:
 
 
 def _plain_feedback(row: Row) -> str:
-    items = "".join(f"<li>{html.escape(m)}</li>" for m in row.message.split("; ") if m)
+    items = "".join(f"<li>{html.escape(m)}</li>" for m in _notes(row))
     repairs = "".join(f"<li>{html.escape(r)}</li>" for r in row.repairs)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(row.assignment)} feedback</title></head>"
             f"<body><h1>{html.escape(row.assignment)}: {html.escape(row.student)}</h1>"

@@ -221,7 +221,8 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
                 if earlier and earlier.status not in ("missing", "invalid") and status == "missing":
                     log(f"[grade] {student}/{assignment}: missing this time; keeping the earlier grade ({earlier.status})")
                     continue
-                rows[key] = Row(student, assignment, 0.0, max_scores[assignment], status, message, graded_at=now())
+                rows[key] = Row(student, assignment, 0.0, max_scores[assignment], status, message, graded_at=now(),
+                                notes=[message])
                 (out / "received" / student / assignment).mkdir(parents=True, exist_ok=True)
                 write_feedback(out, rows[key], "", False)
                 log(f"[grade] {student}/{assignment}: {status}: {message}")
@@ -243,16 +244,17 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
                       submission_sha256=digest, source_sha256=source_sha[assignment], graded_at=now())
             messages = [note] if note else []
             if lint.status == "invalid":
-                row.message = "; ".join(messages + lint.problems)
+                row.notes = messages + lint.problems
+                row.message = "; ".join(row.notes)
                 graded = False
             else:
                 status, score, cells, run_messages, seconds = _grade_one(out, cand, lint, options, log)
                 n_graded += 1
                 row.score, row.cells, row.seconds = score, cells, round(seconds, 1)
                 row.status = status if status != "graded" else lint.status
-                if lint.repairs:
-                    messages.append(f"{len(lint.repairs)} repair(s): " + "; ".join(lint.repairs))
-                row.message = "; ".join(messages + run_messages)
+                row.notes = messages + run_messages
+                repaired = [f"{len(lint.repairs)} repair(s): " + "; ".join(lint.repairs)] if lint.repairs else []
+                row.message = "; ".join(messages + repaired + run_messages)
                 graded = status in ("graded", "timeout") or bool(cells)
             rows[key] = row
             write_feedback(out, row, "", graded)

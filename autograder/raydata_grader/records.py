@@ -34,6 +34,8 @@ class Row:
         source_sha256: hash of the assignment's source notebook when graded.
         graded_at: ISO time of grading.
         seconds: wall time of the autograde, in seconds.
+        notes: what the grader found, one sentence each (``message`` is them joined with
+            ``"; "``, with the repairs summed up); the feedback lists them.
     """
 
     student: str
@@ -48,6 +50,7 @@ class Row:
     source_sha256: str = ""
     graded_at: str = ""
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
 
 def read_rows(out: str | os.PathLike) -> dict[tuple[str, str], Row]:

@@ -8,6 +8,18 @@ from raydata_grader.records import STATUSES, Row
 __all__ = ["summary_markdown"]
 
 
+def _shorten(text: str, limit: int = 160) -> str:
+    """``text`` cut at a word to at most ``limit`` characters, with an ellipsis when cut.
+
+    Examples:
+        >>> _shorten("one two three", limit=9)
+        'one two…'
+    """
+    if len(text) <= limit:
+        return text
+    return text[:limit - 1].rsplit(" ", 1)[0].rstrip(";,") + "…"
+
+
 def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
     """The class summary: average per exercise, most-failed grade cells, students to look at.
 
@@ -43,7 +55,7 @@ def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
     students = []
     for r in sorted(attention, key=lambda r: (r.student, r.assignment)):
         why = r.message if r.status != "graded" else "below half marks; " + r.message
-        students.append([r.student, r.assignment, r.status, f"{r.score:g}/{r.max_score:g}", why[:160]])
+        students.append([r.student, r.assignment, r.status, f"{r.score:g}/{r.max_score:g}", _shorten(why)])
     students = students or [["–", "–", "–", "–", "nobody"]]
     return "\n".join([
         "# Class summary", "", "## Average per exercise", "",

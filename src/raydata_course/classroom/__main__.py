@@ -1,8 +1,9 @@
 """Command line: ``python -m raydata_course.classroom check [NOTEBOOK | ASSIGNMENT] [--no-run]``.
 
 The student self-check of a saved exercise notebook (see :mod:`.selfcheck`). Exit status: 0
-when the notebook is ready to submit, 1 when a check or visible test fails. (Instructors
-grade a class with ``make grade``, the grader's command line.)
+when the notebook is ready to submit, 1 when a check or visible test fails or an answer cell
+is still unanswered, 2 when the notebook cannot be found. (Instructors grade a class with
+``make grade``, the grader's command line.)
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ def main(argv: list[str] | None = None) -> int:
 
     target = args.target
     is_path = target is not None and (target.endswith(".ipynb") or "/" in target)
-    report = self_check(None if is_path else target, notebook=target if is_path else None, run=not args.no_run)
-    return 0 if report.ok else 1
+    try:
+        report = self_check(None if is_path else target, notebook=target if is_path else None, run=not args.no_run)
+    except FileNotFoundError as exc:
+        print(f"[check] {exc}", file=sys.stderr)
+        return 2
+    return 0 if report.ready else 1
 
 
 if __name__ == "__main__":

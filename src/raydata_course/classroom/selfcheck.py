@@ -83,6 +83,11 @@ class SelfCheckReport:
         """True when the structure is intact, nothing failed, and every visible test passed."""
         return not self.structure and not self.errors and all(m == "passed" for m in self.visible.values())
 
+    @property
+    def ready(self) -> bool:
+        """True when :attr:`ok` and every answer cell is answered: ready to submit."""
+        return self.ok and not self.unanswered
+
     def __str__(self) -> str:
         lines = [f"Self-check of {self.notebook} ({self.assignment})"]
         for e in self.errors:
@@ -102,7 +107,7 @@ class SelfCheckReport:
         if self.hidden:
             total = sum(self.hidden.values())
             lines.append(f"  Hidden tests ({total:g} points: {', '.join(self.hidden)}) run only in the grader, on other inputs.")
-        lines.append("  Ready to submit." if self.ok and not self.unanswered else "  Not ready yet: see above.")
+        lines.append("  Ready to submit." if self.ready else "  Not ready yet: see above.")
         return "\n".join(lines)
 
 

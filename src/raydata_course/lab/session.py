@@ -144,12 +144,6 @@ class LabSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def wait_until_store_drains(self, timeout_s: float = 30.0, below_bytes: int = 8 * MiB) -> int:
-        """Block until the object store holds under ``below_bytes``; return what it holds."""
-        from raydata_course.measure.store import settle_store
-
-        return settle_store(empty_bytes=below_bytes, timeout_s=timeout_s, quiet_s=None)
-
     def data_dir(self, config: LabConfig) -> Path:
         from raydata_course.lab.photos import build_image_parquet
         from raydata_course.lab.workload import ENCODED_SIDE
@@ -164,11 +158,11 @@ class LabSession:
         import ray
         import ray.data
 
-        from raydata_course.measure.store import PlasmaSampler, time_probe_cost_s
+        from raydata_course.measure.store import PlasmaSampler, settle_store, time_probe_cost_s
         from raydata_course.lab.workload import build_dataset, consume_in_driver
 
         data_dir = self.data_dir(config)
-        self.wait_until_store_drains()
+        settle_store(empty_bytes=8 * MiB, timeout_s=30.0, quiet_s=None)  # earlier runs' blocks are gone
         ray.get(self.recorder.drain.remote())
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
