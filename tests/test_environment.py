@@ -48,6 +48,21 @@ def test_environment_yml_agrees_with_requirements():
     )
 
 
+def test_both_packages_depend_only_on_pinned_distributions():
+    """Every dependency the student package and the grader name is pinned in requirements.txt
+    (the grader's own dependency on the student package aside)."""
+    import tomllib
+
+    pins = requirements()
+    for pyproject in (ROOT / "pyproject.toml", ROOT / "autograder" / "pyproject.toml"):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        for dep in project["dependencies"]:
+            name = re.split(r"[\[<>=; ]", dep, maxsplit=1)[0].lower().replace("_", "-")
+            if name == "raydata-course":
+                continue
+            assert name in pins, f"{pyproject.relative_to(ROOT)} depends on {name}, which requirements.txt does not pin"
+
+
 def test_lock_file_contains_every_pin_unchanged():
     lock = _pins((ROOT / "requirements-lock.txt").read_text().splitlines())
     for name, (_, version) in requirements().items():
