@@ -17,7 +17,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from raydata_course.layout import GRADER_CELL_TIMEOUT_S, KERNEL_NAME
+from raydata_course.layout import GRADER_CELL_TIMEOUT_S, IOPUB_TIMEOUT_S, KERNEL_NAME
 from raydata_grader.nbgrader_steps import HideHiddenTests, RejectGraderAccess, StderrToStdout
 
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
@@ -39,7 +39,7 @@ c.Execute.timeout = GRADER_CELL_TIMEOUT_S
 # nbclient waits only 4 s (its default) for a cell's last output after the cell finished, and
 # then fails the whole notebook ("Timeout waiting for IOPub output"); a busy 2-core machine
 # can take longer than that to flush a cell's output.
-c.Execute.iopub_timeout = 60
+c.Execute.iopub_timeout = IOPUB_TIMEOUT_S
 # Submissions arrive with whatever kernel name the student's Jupyter wrote. Always grade in
 # the course's own kernel, the virtual environment with ray==2.60.0.
 c.Execute.kernel_name = KERNEL_NAME

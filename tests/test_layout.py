@@ -103,7 +103,7 @@ def _ours(names: set[str]) -> set[str]:
         if parts[0] != "raydata_course":
             continue
         part = ".".join(parts[:2])
-        found.add(part if part in ALLOWED or len(parts) == 1 or part not in FRONT_DOOR else "raydata_course")
+        found.add("raydata_course" if part in FRONT_DOOR else part)
     return found
 
 

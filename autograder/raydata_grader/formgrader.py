@@ -25,7 +25,7 @@ from typing import Sequence
 
 from raydata_course.jupyter import exec_lab, lab_environment
 from raydata_course.layout import GRADING_DIR_ENV
-from raydata_grader.paths import check_instructor_root, instructor_root
+from raydata_grader.paths import instructor_root
 
 __all__ = ["check_grading_dir", "launch"]
 
@@ -55,15 +55,15 @@ def check_grading_dir(folder: str | os.PathLike, root: str | os.PathLike) -> Pat
     return path
 
 
-def launch(*, port: int | None = None, open_browser: bool = True, root: str | os.PathLike | None = None,
-           grading: str | os.PathLike | None = None, extra_args: Sequence[str] = ()) -> None:
+def launch(*, port: int | None = None, open_browser: bool = True, grading: str | os.PathLike | None = None,
+           extra_args: Sequence[str] = ()) -> None:
     """Replace this process with JupyterLab on the instructor's checkout (never returns).
 
     Raises:
         SystemExit: if the course root, the course kernel or the grading folder is missing.
     """
     try:
-        folder = check_instructor_root(root) if root else instructor_root()
+        folder = instructor_root()
         env = lab_environment()
         if grading:
             env[GRADING_DIR_ENV] = str(check_grading_dir(grading, folder))

@@ -12,8 +12,8 @@ import json
 import time
 from pathlib import Path
 
+from raydata_course.layout import IOPUB_TIMEOUT_S
 from raydata_course.units import GiB
-from raydata_grader.worker import IOPUB_TIMEOUT_S
 
 __all__ = ["MEMORY_ERRORS", "classify", "read_json"]
 

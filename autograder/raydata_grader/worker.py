@@ -18,10 +18,7 @@ import nbformat
 
 from raydata_grader.course_dir import autograde, nbgrader_config
 
-__all__ = ["IOPUB_TIMEOUT_S", "worker_command", "worker_main", "main"]
-
-#: Seconds nbclient waits for a cell's outputs after its execute reply (nbclient's default: 4).
-IOPUB_TIMEOUT_S = 60
+__all__ = ["worker_command", "worker_main", "main"]
 
 
 def _autograde_preprocessors(config) -> list:
@@ -52,9 +49,6 @@ def worker_main(course_dir: str, assignment: str, student: str, result_path: str
     score = autograde(
         course_dir, assignment, student,
         **{"Execute.timeout": cell_timeout_s,
-           # nbclient waits 4 s for a cell's last output after its reply and then fails the
-           # whole notebook (nbgrader sets raise_on_iopub_timeout); a loaded machine needs more.
-           "Execute.iopub_timeout": IOPUB_TIMEOUT_S,
            "Autograde.autograde_preprocessors": _autograde_preprocessors(base),
            "LimitOutputSize.max_chars": max_output_chars})
     errors = []

@@ -49,6 +49,7 @@ __all__ = [
     "main",
 ]
 
+
 def install_kernel(prefix: str | None = None) -> str:
     """Register this Python as the course's Jupyter kernel (``make setup`` calls it).
 

@@ -23,6 +23,7 @@ __all__ = [
     "KERNELSPEC",
     "ASSIGNMENT_GLOB",
     "GRADER_CELL_TIMEOUT_S",
+    "IOPUB_TIMEOUT_S",
     "COURSE_ROOT_ENV",
     "TEMP_ROOT_ENV",
     "HEADLESS_ENV",
@@ -55,6 +56,9 @@ _ASSIGNMENT_ID = re.compile(r"^data[0-9]{2}$")
 #: The grader's per-cell limit, in seconds: a graded cell that runs longer is interrupted.
 #: The student self-check runs visible tests with the same limit.
 GRADER_CELL_TIMEOUT_S = 180
+#: Seconds a notebook executor waits for a finished cell's last output (nbclient's default, 4 s,
+#: is too short on a busy 2-core machine: "Timeout waiting for IOPub output").
+IOPUB_TIMEOUT_S = 60
 
 # ----------------------------------------------------------------- environment variables
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 
 from raydata_course._util import temporary_env
-from raydata_course.layout import HEADLESS_ENV, KERNEL_NAME
+from raydata_course.layout import HEADLESS_ENV, IOPUB_TIMEOUT_S, KERNEL_NAME
 
 __all__ = ["CellError", "NotebookRun", "execute_notebook", "cell_errors", "strip_outputs", "is_stripped"]
 
@@ -129,9 +129,7 @@ def execute_notebook(
     client = NotebookClient(
         nb,
         timeout=cell_timeout_s,
-        # nbclient's default of 4 s for a finished cell's last output is too short on a busy
-        # 2-core machine ("Timeout waiting for IOPub output").
-        iopub_timeout=60,
+        iopub_timeout=IOPUB_TIMEOUT_S,
         kernel_name=kernel_name,
         allow_errors=allow_errors,
         interrupt_on_timeout=allow_errors,
