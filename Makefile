@@ -77,7 +77,7 @@ test: $(STAMP)
 	$(RUN) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: $(STAMP)
-	$(RUN) $(BIN)/python -m pytest -m "not slow"
+	$(RUN) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
 release: $(STAMP)
 	$(RUN) $(GRADER) release

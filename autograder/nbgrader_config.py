@@ -11,14 +11,18 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
-    Execute,
     IgnorePattern,
     LimitOutput,
-    SaveAutoGrades,
 )
 
 from raydata_course.layout import GRADER_CELL_TIMEOUT_S, IOPUB_TIMEOUT_S, KERNEL_NAME
-from raydata_grader.nbgrader_steps import HideHiddenTests, RejectGraderAccess, StderrToStdout
+from raydata_grader.nbgrader_steps import (
+    HideHiddenTests,
+    JudgedGrades,
+    LimitOutputSize,
+    StderrToStdout,
+    TrackedExecute,
+)
 
 c = get_config()  # noqa: F821 (provided by traitlets when nbgrader loads this file)
 
@@ -50,27 +54,38 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # A student who deletes a grade cell gets it back from the source instead of a silent zero.
 c.OverwriteCells.add_missing_cells = True
 
-# nbgrader zeroes a grade cell that writes anything to stderr, and Ray logs every Dataset
-# execution there. In this course a test fails when it raises; StderrToStdout relabels the
-# log text as stdout before grades are saved. RejectGraderAccess keeps answer cells away from
-# the hidden-test machinery. This is nbgrader's default list with those two steps added.
+# nbgrader's default list, with the course's steps (raydata_grader.nbgrader_steps):
+# - TrackedExecute (for Execute) runs each grade cell, then has the kernel serve that cell's
+#   check to the judge, a process outside the kernel that holds the oracles; it caps output
+#   while collecting it and, under `make grade`, starts the kernel in its sandbox;
+# - StderrToStdout: nbgrader zeroes a grade cell that writes anything to stderr, and Ray logs
+#   every Dataset execution there;
+# - LimitOutputSize caps output per cell and per notebook in characters (LimitOutput counts lines);
+# - JudgedGrades (for SaveAutoGrades) scores every grade cell from the judge's verdict, never
+#   from what the kernel printed or raised.
 c.Autograde.autograde_preprocessors = [
-    RejectGraderAccess,
-    Execute,
+    TrackedExecute,
     StderrToStdout,
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
-    SaveAutoGrades,
+    LimitOutputSize,
+    JudgedGrades,
     AssignLatePenalties,
     CheckCellMetadata,
 ]
 
 # nbgrader renders the autograded notebook, hidden tests included, as the student's feedback
-# (nbgrader #917, #1363). HideHiddenTests keeps each hidden test's result (the oracle's message,
-# written for the student) and drops its code, traceback and printed output, so
-# `nbgrader generate_feedback` by hand is as safe as `make grade`.
+# (nbgrader #917, #1363). HideHiddenTests keeps each hidden test's verdict (the judge's message,
+# written for the student) and drops its code and printed output, so `nbgrader generate_feedback`
+# by hand is as safe as `make grade`.
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import GetGrades  # noqa: E402
 
-c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]
+from raydata_grader.feedback import InertMarkdown  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests, InertMarkdown]
+# A submission's outputs and markdown cells are hostile: feedback pages carry none of their
+# active content (scripts, event handlers, javascript: links). nbconvert cleans outputs with
+# sanitize_html; nbgrader's template renders markdown cells itself, so InertMarkdown cleans those.
+c.HTMLExporter.sanitize_html = True

@@ -11,12 +11,30 @@ import time
 import pytest
 
 from raydata_course.cluster import ray_processes
-from raydata_course.layout import HEADLESS_ENV, TEMP_ROOT_ENV
+from raydata_course.layout import HEADLESS_ENV, REQUIRE_SANDBOX_ENV, TEMP_ROOT_ENV
 
 SESSION_TEMP_ROOT = f"/tmp/rdc-t{os.getpid()}"
 os.environ[TEMP_ROOT_ENV] = SESSION_TEMP_ROOT
 os.environ[HEADLESS_ENV] = "1"
 os.environ.pop("RAY_ADDRESS", None)
+
+
+@pytest.fixture(scope="session")
+def sandbox_support():
+    """What this machine can sandbox (:func:`raydata_grader.kernel_sandbox.probe`).
+
+    Tests that grade in the sandbox take this fixture. Where the machine cannot sandbox (no
+    bubblewrap, macOS), they are skipped with the reason; ``.ci/run`` sets
+    ``RAYDATA_COURSE_REQUIRE_SANDBOX=1``, which makes that a failure instead.
+    """
+    from raydata_grader.kernel_sandbox import probe
+
+    support = probe()
+    if not support.available:
+        if os.environ.get(REQUIRE_SANDBOX_ENV) == "1":
+            pytest.fail(f"{REQUIRE_SANDBOX_ENV}=1, but this machine cannot sandbox: {support.why}")
+        pytest.skip(f"no sandbox on this machine ({support.why}): install bubblewrap to run the grader's tests")
+    return support
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ import pytest
 from support.lab_server import LabServer, LabServerError
 
 from raydata_course.jupyter import VALIDATE_KERNEL_ARGUMENTS, lab_environment
-from raydata_course.layout import GRADING_DIR_ENV, KERNEL_NAME, ORACLES_ENV, TEMP_ROOT_ENV
+from raydata_course.layout import GRADING_DIR_ENV, KERNEL_NAME, TEMP_ROOT_ENV
 from raydata_grader.answers import reference_submission
 from raydata_grader.course_dir import autograde, plant_submission, release
 from raydata_grader.paths import release_notebook
@@ -128,15 +128,14 @@ def course(tmp_path_factory, ray_cluster):
 
 
 def _server_environment(course_dir: Path, home: Path) -> dict[str, str]:
-    """The student's environment: no grader oracles, no cluster address, private Jupyter dirs.
+    """The student's environment: no cluster address, private Jupyter dirs.
 
     Ray's files go under the test session's temp root (``RAYDATA_COURSE_TMPDIR``, set by
     conftest.py), so the session's leftover-process check covers the kernels' clusters too.
     """
     assert os.environ.get(TEMP_ROOT_ENV), "conftest.py sets the session's Ray temp root"
     env = lab_environment()
-    for name in (ORACLES_ENV, "RAY_ADDRESS"):
-        env.pop(name, None)
+    env.pop("RAY_ADDRESS", None)
     settings = home / "lab-settings"
     notification = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)

@@ -2,13 +2,16 @@
 without hidden tests, re-runs, the student self-check and the student bundle.
 
 The fixture class (``autograder/fixtures/make_class.py``) is generated from the release, one
-broken submission per student. The slow test grades it through the shared test cluster
-(``--ray-address``: one driver per kernel, each its own Ray job), with a 150 s per-cell limit
-(two test workers on 2 cores have run data02's standardize_hidden past 60 s), except cai,
-whose answer cell never returns: cai is graded in a second run into the same folder, with a
-30 s limit, so the test does not wait out 150 s. It checks every row's status and per-cell
-grades; a second slow test grades one notebook with a fresh Ray runtime of its own, the
-default of ``make grade``.
+broken-but-honest submission per student. The slow test grades it with every grade cell judged
+outside the kernel, but without the sandbox (``--no-sandbox``), through the shared test
+cluster (``--ray-address``: one driver per kernel, each its own Ray job), so that it costs no
+Ray start per notebook; every row must then say it was graded without a sandbox. The per-cell
+limit is 150 s (two test workers on 2 cores have run data02's standardize_hidden past 60 s),
+except for cai, whose answer cell never returns: cai is graded in a second run into the same
+folder, with a 30 s limit, so the test does not wait out 150 s. It checks every row's status
+and per-cell grades. A second slow test grades one notebook as ``make grade`` does, in the
+sandbox with a fresh Ray runtime, and checks that nothing of it is left running. The hostile
+submissions, graded in the sandbox, are tests/test_attacks.py's.
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ from support.tables import markdown_rows
 
 from raydata_course.classroom import self_check
 from raydata_course.classroom.lint import lint_notebook
-from raydata_course.layout import KERNEL_NAME, ORACLES_ENV, PROGRESS_ENV
+from raydata_course.layout import KERNEL_NAME, PROGRESS_ENV
 from raydata_course.units import GiB
 from raydata_grader.answers import fill_answers, reference_submission
 from raydata_grader.bundle import PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
-from raydata_grader.grade import GradeOptions, grade_class
+from raydata_grader.grade import UNSANDBOXED_NOTE, GradeOptions, grade_class
 from raydata_grader.intake import choose, collect_submissions
 from raydata_grader.outcome import classify
 from raydata_grader.paths import ASSIGNMENTS, release_notebook
@@ -133,7 +136,9 @@ def test_collect_handles_zips_resubmissions_and_empty_folders(fixture_class):
     assert students == {c.student for c in fixtures.CASES}
     assert len(found[("quinn", "data02")]) == 2 and ("ben", "data02") in found
     chosen, note = choose(found[("quinn", "data02")])
-    assert chosen.origin.endswith("quinn-resubmitted.zip!quinn/data02/data02.ipynb") and "2 submissions found" in note
+    assert chosen.origin.endswith("quinn.zip!data02/data02.ipynb") and "2 submissions found" in note
+    assert chosen.timestamp_text is None, "a zip's dates (and a timestamp.txt inside it) are never passed on"
+    assert "2025-03-02 18:30 UTC" in note and "2025-03-01 09:00 UTC" in note, note
     assert empty[("lea", "data02")] == "the data02 folder holds no .ipynb file (only notes.txt)"
 
 
@@ -186,7 +191,8 @@ def test_summary_lists_averages_failed_parts_and_students_to_look_at():
 
 def test_no_hidden_test_or_solution_in_exercises():
     secrets = secret_lines(ROOT)
-    assert secrets["hidden"] and secrets["oracles"] and secrets["solutions"], "the leak check needs something to look for"
+    assert secrets["oracles"] and secrets["solutions"], "the leak check needs something to look for"
+    assert not secrets["hidden"], "hidden-test blocks hold no code: the judge holds the checks"
     for path in sorted((ROOT / "exercises").rglob("*.ipynb")):
         assert find_secrets(path.read_text(), secrets) == [], path
 
@@ -292,7 +298,6 @@ def test_self_check_reports_structure_without_running(tmp_path, fixture_class):
 @pytest.mark.slow
 def test_self_check_runs_visible_tests_only(tmp_path, ray_cluster, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
-    monkeypatch.delenv(ORACLES_ENV, raising=False)
     nb = fill_answers(reference_submission("data02"),
                       {"add_bands_answer": "def add_bands(ds):\n    return ds\n"})
     mine = tmp_path / "data02.ipynb"
@@ -319,8 +324,11 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     from dataclasses import replace
 
     out = tmp_path / "grading"
-    options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB,
-                           ray_address=ray_cluster.address, quiet=True)
+    # Without the sandbox, on the session's shared cluster: these students are broken, not hostile,
+    # and a Ray start per notebook would take minutes each. The sandbox's own statuses (memory,
+    # a dead kernel, leftovers) are tests/test_attacks.py's and the fresh-runtime test's below.
+    options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True,
+                           sandbox=False, ray_address=ray_cluster.address)
     # cai's cell never returns: graded in a later run with a short per-cell limit (its other
     # cells take seconds), which keeps everyone else's rows.
     everyone_else, late_cai = tmp_path / "class", tmp_path / "late" / "cai"
@@ -348,6 +356,7 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
             problems.append(f"{key}: {row.status} ({row.message[:200]}), expected {case.status} with {case.message!r}")
             continue
         assert row.max_score == release_max[key[1]], key
+        assert (UNSANDBOXED_NOTE in row.message) == (row.seconds > 0), key  # every row graded so says so
         if case.lost is None:
             if case.status in ("missing", "invalid", "crashed"):
                 assert row.score == 0 and row.message, key
@@ -380,7 +389,7 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
         assert find_secrets(html_text(text), secrets) == [] and find_secrets(text, {}) == [], page
         assert f"Status: {row.status}" in html_text(text)
     fay = html_text((out / "feedback" / "fay" / "data02" / "data02.html").read_text())
-    assert "Hidden test: it runs only in the grader" in fay and "AssertionError" in fay
+    assert "Hidden test: the grader ran it outside your kernel" in fay and "AssertionError" in fay
     assert "was edited" in (out / "repairs" / "fay.md").read_text()
 
     # the summary names the class average, the most-failed parts and who needs attention
@@ -403,7 +412,7 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
 
 
 @pytest.mark.slow
-def test_grade_with_a_fresh_ray_runtime_per_notebook(fixture_class, tmp_path):
+def test_grade_with_a_fresh_ray_runtime_per_notebook(fixture_class, tmp_path, sandbox_support):
     """The default of `make grade`: each kernel starts (and loses) a Ray cluster of its own.
 
     The submission is the blank release (the cheapest notebook that starts Ray in its set-up

@@ -83,7 +83,9 @@ def test_nbgrader_config_takes_effect():
 
     from raydata_course.layout import GRADER_CELL_TIMEOUT_S, KERNEL_NAME
     from raydata_grader.course_dir import nbgrader_config
-    from raydata_grader.nbgrader_steps import RejectGraderAccess, StderrToStdout
+    from nbgrader.preprocessors import SaveAutoGrades
+
+    from raydata_grader.nbgrader_steps import JudgedGrades, LimitOutputSize, StderrToStdout, TrackedExecute
 
     config = nbgrader_config()
     execute = Execute(config=config)
@@ -93,7 +95,10 @@ def test_nbgrader_config_takes_effect():
     assert config.CourseDirectory.release_directory == "exercises"
     assert config.OverwriteCells.add_missing_cells is True
     steps = list(config.Autograde.autograde_preprocessors)
-    assert steps.index(RejectGraderAccess) < steps.index(Execute) < steps.index(StderrToStdout)
+    assert steps.index(TrackedExecute) < steps.index(StderrToStdout) < steps.index(LimitOutputSize) < steps.index(JudgedGrades)
+    assert Execute not in steps and SaveAutoGrades not in steps, "grades come from the judge's verdicts only"
+    assert TrackedExecute(config=config).timeout == GRADER_CELL_TIMEOUT_S
+    assert config.HTMLExporter.sanitize_html is True
 
 
 def test_course_kernel_is_registered_in_the_venv():

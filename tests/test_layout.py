@@ -91,6 +91,7 @@ ALLOWED = {
                            "raydata_course.push_split", "raydata_course.units", "raydata_course.tables"},
     "raydata_course.classroom": {"raydata_course.classroom", "raydata_course.layout", "raydata_course.notebooks"},
     "raydata_course.jupyter": {"raydata_course.layout"},
+    "raydata_course.judging": {"raydata_course.judging", "raydata_course.chapters", "raydata_course.measure"},
 }
 
 
@@ -162,6 +163,8 @@ def test_each_course_fact_has_one_home():
 ONE_JOB = {
     "src/raydata_course/push_split/coordinator.py": "the coordinator actor: barrier, senders, reports, liveness",
     "src/raydata_course/cluster.py": "the embedded cluster: version check, sizing, start, stop, its processes",
+    "src/raydata_course/classroom/lint.py": "structure checks and repairs of a submission against its release",
+    "src/raydata_course/judging/values.py": "the wire's inert records and their decoder: every check a hostile value meets",
 }
 
 

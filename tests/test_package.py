@@ -12,7 +12,7 @@ from raydata_course import cluster, layout
 from raydata_course.data import load_digits_table, load_wine_table, write_parquet_files
 from raydata_course.notebooks import is_stripped, strip_outputs
 from raydata_course.units import MiB
-from raydata_grader import answers, hidden, mutants, paths
+from raydata_grader import answers, mutants, paths
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -164,45 +164,6 @@ def test_write_parquet_files_refuses_to_mix_with_old_files(tmp_path):
 
 
 # ----------------------------------------------------------------------------- grading
-
-
-def test_hidden_check_outside_the_grader_says_so(monkeypatch):
-    monkeypatch.delenv(layout.ORACLES_ENV, raising=False)
-    with pytest.raises(hidden.HiddenOraclesUnavailable, match="run only in the course's grader"):
-        hidden.hidden_check("data01", "check_make_blocks", lambda *a: None)
-
-
-def test_hidden_check_reports_the_message_without_oracle_source(monkeypatch, tmp_path):
-    (tmp_path / "demo.py").write_text(
-        "SECRET = 41\n"
-        "def check_answer(fn):\n"
-        "    assert fn(SECRET) == SECRET + 1, 'On a larger input, the answer is off by one.'\n"
-        "def check_raises(fn):\n"
-        "    fn(SECRET)\n"
-    )
-    monkeypatch.setenv(layout.ORACLES_ENV, str(tmp_path))
-    hidden.hidden_check("demo", "check_answer", lambda x: x + 1)
-    with pytest.raises(AssertionError) as info:
-        hidden.hidden_check("demo", "check_answer", lambda x: x)
-    assert str(info.value) == "On a larger input, the answer is off by one."
-    assert info.value.__cause__ is None and info.value.__suppress_context__
-    with pytest.raises(AssertionError, match="your code raised ZeroDivisionError"):
-        hidden.hidden_check("demo", "check_raises", lambda x: x / 0)
-
-
-def test_hidden_check_ignores_a_rebound_oracles_variable(monkeypatch, tmp_path):
-    """An answer cell that points the course's name for the oracles' variable elsewhere (at
-    checks that pass everything) does not change which oracles a hidden test runs."""
-    real, fake = tmp_path / "real", tmp_path / "fake"
-    real.mkdir()
-    fake.mkdir()
-    (real / "demo.py").write_text("def check(fn):\n    assert fn() == 1, 'wrong'\n")
-    (fake / "demo.py").write_text("def __getattr__(name):\n    return lambda *a, **k: None\n")
-    monkeypatch.setenv(layout.ORACLES_ENV, str(real))
-    monkeypatch.setenv("FAKE_CHECKS", str(fake))
-    monkeypatch.setattr(layout, "ORACLES_ENV", "FAKE_CHECKS")
-    with pytest.raises(AssertionError, match="wrong"):
-        hidden.hidden_check("demo", "check", lambda: 0)
 
 
 def test_reference_answers_strip_the_markers():

@@ -1,49 +1,89 @@
-"""Hidden tests for data01 (grader only; never copied into exercises/ or the student bundle).
+"""The judge's checks for data01 (grader only; never copied into exercises/ or the student bundle).
 
-Each ``check_*`` function receives the student's function, runs it on inputs the student
-has not seen, and raises ``AssertionError`` with a message that names the *kind* of input
-that failed and what to fix, but not the input itself or the expected value.
+Every grade cell has a check here (:func:`raydata_grader.judge.judges`). A check runs in the
+grader's process, outside the student's kernel: it builds the inputs (datasets are sent to the
+kernel as Arrow tables, so their blocks are known here), has the kernel call the student's
+function on them (:class:`raydata_grader.remote.Kernel`), gets the results back as data, and
+raises ``AssertionError`` with a message that names the *kind* of input that failed and what
+to fix, never the input itself or the expected value.
+
+The visible tests' twins check the values the visible test computed in the notebook against
+what this process expects for the visible inputs.
 """
 
+import functools
 import random
-import tempfile
-import time
-from contextlib import ExitStack
-from pathlib import Path
-from unittest import mock
 
 import numpy as np
-import pandas as pd
-
 import pyarrow as pa
-import pyarrow.parquet as pq
-import ray
 
-from raydata_course.data import load_wine_table
-
-
-def _true_block_rows(ds):
-    return sorted(ray.get(ref).num_rows for ref in ds.to_arrow_refs())
+from raydata_course.data import load_wine_table as _load_wine_table
+from raydata_grader.judge import judges
 
 
-def check_block_row_counts(block_row_counts):
+@functools.lru_cache(maxsize=1)
+def load_wine_table() -> pa.Table:
+    """The course's Wine table, loaded once per grading process (Arrow tables are immutable)."""
+    return _load_wine_table()
+
+
+def warm() -> None:
+    """Load what the checks need before the first grade cell (while the kernel starts)."""
+    load_wine_table()
+
+
+def _ids(start: int, stop: int) -> pa.Table:
+    return pa.table({"id": pa.array(np.arange(start, stop, dtype=np.int64))})
+
+
+def _blocks_of_ids(sizes: list[int]) -> list[pa.Table]:
+    """Tables of consecutive ids, one per block, of ``sizes`` rows."""
+    bounds = np.cumsum([0, *sizes])
+    return [_ids(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _slices(table: pa.Table, sizes: list[int]) -> list[pa.Table]:
+    bounds = np.cumsum([0, *sizes])
+    return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _dataset(k, tables):
+    """A ``MaterializedDataset`` in the kernel with exactly one block per table (from_arrow)."""
+    return k.module("ray.data").from_arrow(list(tables))
+
+
+# ------------------------------------------------------------------------------ part A
+
+
+@judges("block_row_counts_visible")
+def visible_block_row_counts(k):
+    counts = k.value("counts")
+    assert isinstance(counts, list) and all(_is_int(c) for c in counts), "block_row_counts must return a list of ints."
+    assert [int(c) for c in counts] == [25, 25, 25, 25], (
+        "range(100, override_num_blocks=4) has four blocks of 25 rows: count rows per block.")
+
+
+@judges("block_row_counts_hidden")
+def check_block_row_counts(k):
+    wine = load_wine_table()
     cases = [
-        ("a dataset whose row count does not divide evenly into blocks",
-         ray.data.range(103, override_num_blocks=4).materialize()),
-        ("a dataset with blocks of more than 4,096 rows",
-         ray.data.range(20_000, override_num_blocks=2).materialize()),
-        ("a dataset without an 'id' column (the Wine table, repartitioned)",
-         ray.data.from_arrow(load_wine_table()).repartition(3).materialize()),
-        ("a single-block dataset", ray.data.range(7, override_num_blocks=1).materialize()),
+        ("a dataset whose row count does not divide evenly into blocks", _blocks_of_ids([26, 26, 26, 25])),
+        ("a dataset with blocks of more than 4,096 rows", _blocks_of_ids([10_000, 10_000])),
+        ("a dataset without an 'id' column (the Wine table, in several blocks)", _slices(wine, [60, 59, 59])),
+        ("a single-block dataset", _blocks_of_ids([7])),
     ]
-    for what, ds in cases:
-        got = block_row_counts(ds)
+    for what, tables in cases:
+        got = k.call("block_row_counts", _dataset(k, tables))
         assert isinstance(got, list), f"block_row_counts must return a list (failed on {what})."
-        assert all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) for x in got), (
+        assert all(_is_int(x) for x in got), (
             f"On {what}, the counts must be integers (Python int or NumPy integer), not floats or strings."
         )
         got = [int(x) for x in got]
-        expected = _true_block_rows(ds)
+        expected = sorted(t.num_rows for t in tables)
         assert sum(got) == sum(expected), (
             f"On {what}, your counts do not add up to the dataset's row count: count every row "
             "exactly once, one count per block."
@@ -55,108 +95,147 @@ def check_block_row_counts(block_row_counts):
         assert got == expected, f"On {what}, the per-block counts are wrong or not sorted ascending."
 
 
-def check_make_blocks(make_blocks):
+# ------------------------------------------------------------------------------ part B
+
+
+def _check_blocks(data, num_rows: int, num_blocks: int, what: str) -> None:
+    assert data.type.is_a("MaterializedDataset"), (
+        f"make_blocks must return a materialized dataset (call .materialize()); it returned a "
+        f"{data.type.qualname} (failed on {what})."
+    )
+    assert data.num_blocks == num_blocks, (
+        f"On {what}, the dataset does not have exactly the requested number of blocks. "
+        "override_num_blocks is a hint; repartition gives an exact count."
+    )
+    names = {b.names for b in data.blocks if b.num_rows}
+    assert names == {("id",)}, f"On {what}, the only column must be 'id'."
+    types = {b.type_of("id") for b in data.blocks if b.num_rows}
+    assert all(t.startswith(("int", "uint")) for t in types), f"On {what}, 'id' must be an integer column."
+    assert sorted(data.column("id")) == list(range(num_rows)), (
+        f"On {what}, the ids must be exactly 0..num_rows-1, each once.")
+    rows = data.block_num_rows
+    assert max(rows) - min(rows) <= 1, f"On {what}, block row counts differ by more than one."
+
+
+@judges("make_blocks_visible")
+def visible_make_blocks(k):
+    data = k.value("ds_b", "dataset")
+    assert data.type.is_a("MaterializedDataset"), "make_blocks must return a materialized dataset (call .materialize())"
+    assert data.num_blocks == 4, "asked for 4 blocks"
+    assert sum(data.block_num_rows) == 100, "asked for 100 rows"
+    assert {b.names for b in data.blocks if b.num_rows} == {("id",)}, "the only column must be 'id'"
+
+
+@judges("make_blocks_hidden")
+def check_make_blocks(k):
     for num_rows, num_blocks, what in [
         (103, 4, "a row count that does not divide evenly"),
         (10, 3, "a small uneven split"),
         (7, 7, "one row per block"),
         (1_000, 1, "a single block"),
     ]:
-        ds = make_blocks(num_rows, num_blocks)
-        assert hasattr(ds, "num_blocks"), f"make_blocks must return a materialized dataset (failed on {what})."
-        assert ds.num_blocks() == num_blocks, (
-            f"On {what}, the dataset does not have exactly the requested number of blocks. "
-            "override_num_blocks is a hint; repartition gives an exact count."
-        )
-        assert ds.schema().names == ["id"], f"On {what}, the only column must be 'id'."
-        types = {t.schema.field("id").type for t in ray.get(ds.to_arrow_refs())}
-        assert all(pa.types.is_integer(t) for t in types), f"On {what}, 'id' must be an integer column."
-        ids = sorted(r["id"] for r in ds.take_all())
-        assert ids == list(range(num_rows)), f"On {what}, the ids must be exactly 0..num_rows-1, each once."
-        rows = _true_block_rows(ds)
-        assert max(rows) - min(rows) <= 1, f"On {what}, block row counts differ by more than one."
+        _check_blocks(k.remote_call("make_blocks", num_rows, num_blocks).get("dataset"), num_rows, num_blocks, what)
 
 
-def _no_driver_side_parquet_writes():
-    """Make pyarrow/pandas Parquet writers fail in this (the driver's) process.
-
-    Ray Data writes in its worker processes, so an answer that writes with Ray Data is
-    unaffected; one that writes the files itself with pyarrow or pandas is caught.
-    """
-    def refuse(*args, **kwargs):
-        raise RuntimeError("write the files with Ray Data (Dataset.write_parquet), not with pyarrow or pandas")
-
-    stack = ExitStack()
-    stack.enter_context(mock.patch.object(pq, "write_table", refuse))
-    stack.enter_context(mock.patch.object(pq, "ParquetWriter", refuse))
-    stack.enter_context(mock.patch.object(pd.DataFrame, "to_parquet", refuse))
-    return stack
+# ------------------------------------------------------------------------------ part C
 
 
-def check_write_files(write_files):
-    wine = load_wine_table()
-    for num_files in (1, 5, 8):
-        with tempfile.TemporaryDirectory(prefix="data01-hidden-") as scratch:
-            _check_files_written(write_files, wine, Path(scratch), num_files)
+def _sorted_rows(table) -> list[tuple]:
+    return sorted(tuple(row.values()) for row in table.rows())
 
 
-def _check_files_written(write_files, wine, folder, num_files):
-    with _no_driver_side_parquet_writes():
-        got = write_files(wine, folder, num_files)
-    on_disk = sorted(str(p) for p in folder.glob("*.parquet"))
+def _wine_schema(wine: pa.Table) -> tuple:
+    schema = wine.schema.remove_metadata()
+    return tuple(schema.names), tuple(str(t) for t in schema.types)
+
+
+def _check_files(got, listing: dict, wine: pa.Table, num_files: int, what: str) -> None:
+    on_disk = listing["paths"]
     assert len(on_disk) == num_files, (
-        "For another file count, the folder does not hold exactly that many Parquet files. "
+        f"{what}, the folder does not hold exactly that many Parquet files. "
         "Ray Data writes one file per block: control the number of blocks first."
     )
-    assert [str(p) for p in got] == on_disk, "Return the sorted paths of exactly the files written."
-    for p in on_disk:
-        assert pq.read_schema(p).remove_metadata().equals(wine.schema.remove_metadata()), (
-            "Each file must hold exactly the table's columns, with their original types."
-        )
-    written = pa.concat_tables([pq.read_table(p) for p in on_disk]).select(wine.column_names)
-    assert written.num_rows == wine.num_rows and _sorted_rows(written) == _sorted_rows(wine), (
-        "The files do not hold every row of the table exactly once, with its values unchanged."
-    )
+    assert isinstance(got, list) and [str(p) for p in got] == on_disk, "Return the sorted paths of exactly the files written."
+    for schema in listing["schemas"]:
+        assert tuple(schema) == _wine_schema(wine), "Each file must hold exactly the table's columns, with their original types."
+    written = listing["table"]
+    expected = _sorted_rows_of(wine)
+    assert written is not None and written.num_rows == wine.num_rows and _sorted_rows(
+        _select(written, wine.column_names)) == expected, (
+        "The files do not hold every row of the table exactly once, with its values unchanged.")
 
 
-def _sorted_rows(table):
+def _select(table, names):
+    from raydata_course.judging.wire import TableData
+
+    return TableData(tuple(names), tuple(table.type_of(n) for n in names), tuple(table.column(n) for n in names))
+
+
+def _sorted_rows_of(table: pa.Table) -> list[tuple]:
     return sorted(tuple(row.values()) for row in table.to_pylist())
 
 
-def _jitter(batch):
-    time.sleep(random.random() * 0.05)
-    return batch
+@judges("write_files_visible")
+def visible_write_files(k):
+    wine = load_wine_table()
+    listing = k.call(k.helper("parquet_folder"), k.student("out_c"))
+    _check_files(k.value("paths_c"), listing, wine, 3, "Asked for 3 files")
 
 
-def check_first_rows_by(first_rows_by):
+@judges("write_files_hidden")
+def check_write_files(k):
+    wine = load_wine_table()
+    for num_files in (1, 5, 8):
+        folder = k.remote_call(k.helper("scratch_folder"), "data01-hidden-")
+        try:
+            got = k.call(k.helper("call_without_driver_parquet_writes"), k.student("write_files"), wine, folder, num_files)
+            listing = k.call(k.helper("parquet_folder"), folder)
+            _check_files(got, listing, wine, num_files, "For another file count")
+        finally:
+            k.call(k.helper("remove_folder"), folder)
+
+
+# ------------------------------------------------------------------------------ part D
+
+
+@judges("first_rows_by_visible")
+def visible_first_rows_by(k):
+    got = k.value("got_d")
+    assert got == [{"id": 0}, {"id": 2}], "Expected the two smallest ids in ascending order."
+
+
+def _rows_of(got, what: str) -> list[dict]:
+    assert isinstance(got, list) and all(isinstance(r, dict) for r in got), (
+        f"first_rows_by must return a list of dict rows, as take() does (failed on {what}).")
+    return got
+
+
+@judges("first_rows_by_hidden")
+def check_first_rows_by(k):
     rng = random.Random(7)
     scores = [rng.randint(0, 50) for _ in range(60)]
     rows = [{"name": f"s{i}", "score": s} for i, s in enumerate(scores)]
-    ds = ray.data.from_items(rows, override_num_blocks=3)
-    got = first_rows_by(ds, "score", 5)
-    assert isinstance(got, list) and all(isinstance(r, dict) for r in got), (
-        "first_rows_by must return a list of dict rows, as take() does."
-    )
-    got_scores = [r["score"] for r in got]
-    assert got_scores == sorted(scores)[:5], (
+    ds = k.module("ray.data").from_items(rows, override_num_blocks=3)
+    got = _rows_of(k.call("first_rows_by", ds, "score", 5), "a dataset with another column name")
+    assert [r.get("score") for r in got] == sorted(scores)[:5], (
         "On a dataset with another column name and repeated values, the rows are not the k "
         "smallest in ascending order."
     )
     assert all(set(r) == {"name", "score"} for r in got), "Return whole rows, with every column."
-    assert all(r["score"] == scores[int(r["name"][1:])] for r in got), (
+    assert all(r["score"] == scores[int(str(r["name"])[1:])] for r in got), (
         "Return the dataset's own rows: each row's values must stay together."
     )
 
-    descending = ray.data.range(20_000, override_num_blocks=4).map_batches(lambda b: {"id": 19_999 - b["id"]})
-    got = first_rows_by(descending, "id", 3)
-    assert [r["id"] for r in got] == [0, 1, 2], (
+    descending = _dataset(k, [pa.table({"id": np.arange(19_999 - 5_000 * i, 14_999 - 5_000 * i, -1)}) for i in range(4)])
+    got = _rows_of(k.call("first_rows_by", descending, "id", 3), "a large dataset")
+    assert [r.get("id") for r in got] == [0, 1, 2], (
         "On a large dataset whose smallest values come last, the rows are not the smallest. "
         "Sort the whole dataset, not just the rows you happened to take."
     )
 
-    reordering = ray.data.range(400, override_num_blocks=8).map_batches(_jitter)
-    got = first_rows_by(reordering, "id", 10)
-    assert [r["id"] for r in got] == list(range(10)), (
+    reordering = k.remote_call(k.helper("jittered_range"), 400, 8)
+    got = _rows_of(k.call("first_rows_by", reordering, "id", 10), "a pipeline whose blocks finish out of order")
+    assert [r.get("id") for r in got] == list(range(10)), (
         "On a pipeline whose blocks finish out of order, the rows are not the smallest ids in "
         "ascending order. Do not rely on the order rows happen to come out in."
     )

@@ -1,135 +1,231 @@
-"""Hidden tests for data02 (grader only; never copied into exercises/ or the student bundle).
+"""The judge's checks for data02 (grader only; never copied into exercises/ or the student bundle).
 
-Each ``check_*`` receives the student's function and raises ``AssertionError`` with a message
-that names the kind of input that failed and what to fix, never the input or expected value.
+Each check runs in the grader's process (:mod:`raydata_grader.judge`): it sends the kernel its
+inputs as Arrow tables, has the student's UDF or function run on them there, fetches the
+output blocks as data, and compares them with values computed here. Messages name the kind of
+input that failed and what to fix, never the input or the expected value.
+
+Trusted measurement: the speed check of Part A times the student's UDF and a one-operation
+vectorized baseline in the kernel, on the same batch; the judge has to take both timings as
+the kernel reports them (a kernel that lies about them gains one point of a speed check).
 """
 
-import time
+import functools
 
 import numpy as np
 import pyarrow as pa
-import ray
 
-from raydata_course.data import load_wine_table
-
-
-def _readonly_batch(table: pa.Table) -> dict:
-    batch = {name: np.asarray(col) for name, col in zip(table.column_names, table.columns)}
-    for array in batch.values():
-        array.setflags(write=False)
-    return batch
+from raydata_course.data import load_wine_table as _load_wine_table
+from raydata_grader.judge import judges
 
 
-def _block_types(ds, column: str) -> set:
-    """The Arrow type of ``column`` in each output block (one entry if all agree)."""
-    tables = ray.get(ds.materialize().to_arrow_refs())
-    return {t.schema.field(column).type for t in tables if t.num_rows}
+@functools.lru_cache(maxsize=1)
+def load_wine_table() -> pa.Table:
+    """The course's Wine table, loaded once per grading process (Arrow tables are immutable)."""
+    return _load_wine_table()
 
 
-def _in_blocks(table: pa.Table, num_blocks: int):
-    """``table`` as a dataset of ``num_blocks`` blocks of contiguous rows, built without running a
-    repartition (``from_arrow`` makes one block per table and runs nothing)."""
+def warm() -> None:
+    """Load what the checks need before the first grade cell (while the kernel starts)."""
+    load_wine_table()
+
+
+def _in_blocks(table: pa.Table, num_blocks: int) -> list[pa.Table]:
+    """``table`` as ``num_blocks`` tables of contiguous rows (one block each through from_arrow)."""
     step = -(-table.num_rows // num_blocks)
-    return ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
+    return [table.slice(i, step) for i in range(0, table.num_rows, step)]
 
 
-def _best_time_s(fn, repeats: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _dataset(k, tables):
+    return k.module("ray.data").from_arrow(list(tables))
 
 
-def check_phenol_ratio(phenol_ratio):
+def _block_types(data, column: str) -> set:
+    """The Arrow type name of ``column`` in each non-empty output block."""
+    return {b.type_of(column) if column in b.names else "(missing)" for b in data.blocks if b.num_rows}
+
+
+def _rows(data) -> int:
+    return sum(data.block_num_rows)
+
+
+def _column(data, name: str) -> np.ndarray:
+    return np.asarray(data.column(name), dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------ part A
+
+
+def _wine_row_ratio(wine: pa.Table) -> dict:
+    """``{(alcohol, malic_acid, ..., cultivar): ratio}`` of every wine, to recognise a row."""
+    names = wine.column_names
+    ratio = np.asarray(wine["flavanoids"]) / np.asarray(wine["total_phenols"])
+    return {tuple(row[n] for n in names): r for row, r in zip(wine.to_pylist(), ratio)}
+
+
+@judges("phenol_ratio_visible")
+def visible_phenol_ratio(k):
+    wine = load_wine_table()
+    rows = k.value("out_a")
+    assert isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows), "take(3) must give rows."
+    assert "phenol_ratio" in rows[0], "the output rows need a 'phenol_ratio' column"
+    assert set(rows[0]) == set(wine.column_names) | {"phenol_ratio"}, "keep every input column"
+    ratios = _wine_row_ratio(wine)
+    for row in rows:
+        key = tuple(row.get(n) for n in wine.column_names)
+        assert key in ratios and abs(row["phenol_ratio"] - ratios[key]) < 1e-12, "wrong ratio"
+    direct = k.value("direct")
+    assert isinstance(direct, dict) and isinstance(direct.get("phenol_ratio"), np.ndarray) and (
+        direct["phenol_ratio"].dtype == np.float64), "phenol_ratio must be float64"
+    assert not k.call(k.helper("same_object"), k.student("direct"), k.student("sample")), (
+        "return a new dict, do not modify the input batch")
+
+
+@judges("phenol_ratio_hidden")
+def check_phenol_ratio(k):
+    """Every row in batches of several sizes, a one-row batch, inputs unchanged, and speed.
+
+    Trusts a measurement made in the kernel: the UDF's time and the vectorized baseline's,
+    on the same batch (:func:`raydata_course.judging.helpers.best_time_s`). Cross-checked:
+    nothing (a kernel that lies about the two timings wins this one assertion).
+    """
     wine = load_wine_table()
     expected = np.asarray(wine["flavanoids"]) / np.asarray(wine["total_phenols"])
+    udf = k.student("phenol_ratio")
     for num_blocks in (1, 7):
-        out_ds = _in_blocks(wine, num_blocks).map_batches(phenol_ratio)
-        assert _block_types(out_ds, "phenol_ratio") == {pa.float64()}, "phenol_ratio must be float64 in every batch."
-        rows = out_ds.to_pandas()
-        assert len(rows) == wine.num_rows, "Through Ray Data, the UDF changed the number of rows."
-        got = np.sort(rows["phenol_ratio"].to_numpy(dtype=np.float64))
+        out = _dataset(k, _in_blocks(wine, num_blocks)).map_batches(udf).get("dataset")
+        assert _block_types(out, "phenol_ratio") == {"double"}, "phenol_ratio must be float64 in every batch."
+        assert _rows(out) == wine.num_rows, "Through Ray Data, the UDF changed the number of rows."
+        got = np.sort(_column(out, "phenol_ratio"))
         assert np.allclose(got, np.sort(expected), rtol=0, atol=1e-12), (
             "Over the whole dataset, in batches of several sizes, some phenol_ratio values are wrong."
         )
-    one = _readonly_batch(wine.slice(3, 1))
-    assert len(phenol_ratio(one)["phenol_ratio"]) == 1, "A batch of one row must give one ratio."
-    big_table = pa.concat_tables([wine] * 3000)  # 534,000 rows
-    big = _readonly_batch(big_table)
-    out = phenol_ratio(big)
-    assert np.array_equal(out["flavanoids"], big["flavanoids"]), "Do not change the input columns."
-    reference_s = _best_time_s(lambda: {**big, "phenol_ratio": big["flavanoids"] / big["total_phenols"]})
-    yours_s = _best_time_s(lambda: phenol_ratio(big))
+    one = k.call(udf, k.helper("readonly_batch")(wine.slice(3, 1)))
+    assert isinstance(one, dict) and len(one.get("phenol_ratio", [])) == 1, "A batch of one row must give one ratio."
+    ten = pa.concat_tables([wine] * 10)
+    out = k.call(udf, k.helper("readonly_batch")(ten))
+    assert isinstance(out, dict) and np.array_equal(out.get("flavanoids"), np.asarray(ten["flavanoids"])), (
+        "Do not change the input columns.")
+    big = k.helper("readonly_batch")(k.helper("repeat_table")(wine, 3000))  # 534,000 rows, built in the kernel
+    reference_s = k.call(k.helper("vectorized_baseline_s"), big)
+    yours_s = k.call(k.helper("best_time_s"), udf, big)
     assert yours_s <= 15 * max(reference_s, 1e-3), (
-        f"On a batch of {big_table.num_rows:,} rows your UDF took {yours_s * 1e3:.0f} ms, more than 15x a "
+        f"On a batch of {3000 * wine.num_rows:,} rows your UDF took {yours_s * 1e3:.0f} ms, more than 15x a "
         "vectorized version. Replace the Python loop or list comprehension with one NumPy operation on "
         "whole columns."
     )
 
 
-def check_standardize(standardize):
+# ------------------------------------------------------------------------------ part B
+
+
+@judges("standardize_visible")
+def visible_standardize(k):
+    wine = load_wine_table()
+    frame = k.value("std_b")
+    assert frame.num_rows == wine.num_rows, f"expected {wine.num_rows} rows, got {frame.num_rows}"
+    for c in ("alcohol", "magnesium"):
+        values = np.asarray(frame.column(c), dtype=np.float64)
+        assert abs(values.mean()) < 1e-9, f"{c}: mean after standardizing should be 0"
+        assert abs(values.std(ddof=1) - 1) < 1e-9, f"{c}: std after standardizing should be 1"
+    assert sorted(np.asarray(frame.column("hue")).tolist()) == sorted(wine["hue"].to_pylist()), (
+        "columns you were not asked to change must stay unchanged")
+
+
+@judges("standardize_hidden")
+def check_standardize(k):
     wine = load_wine_table()
     frame = wine.to_pandas()
     for columns, blocks in ((["alcohol", "proline", "hue"], 5), (["color_intensity"], 1)):
-        ds = _in_blocks(wine, blocks)
-        out_ds = standardize(ds, columns)
+        out = k.remote_call("standardize", _dataset(k, _in_blocks(wine, blocks)), columns).get("dataset")
         for c in columns:
-            assert _block_types(out_ds, c) == {pa.float64()}, "Every standardized column must be float64 in every batch."
-        out = out_ds.to_pandas()
-        assert len(out) == wine.num_rows, "Standardizing must keep every row."
-        assert sorted(out.columns) == sorted(frame.columns), "Keep exactly the original columns."
+            assert _block_types(out, c) == {"double"}, "Every standardized column must be float64 in every batch."
+        assert _rows(out) == wine.num_rows, "Standardizing must keep every row."
+        names = {b.names for b in out.blocks if b.num_rows}
+        assert len(names) == 1 and sorted(next(iter(names))) == sorted(frame.columns), "Keep exactly the original columns."
         for c in columns:
             expected = (frame[c] - frame[c].mean()) / frame[c].std(ddof=1)
-            assert np.allclose(np.sort(out[c].to_numpy()), np.sort(expected.to_numpy()), atol=1e-9), (
+            assert np.allclose(np.sort(_column(out, c)), np.sort(expected.to_numpy()), atol=1e-9), (
                 "For another set of columns and blocks, the z-scores differ from the dataset-wide "
                 "ones: compute mean and std over the whole dataset (ddof=1), not per batch."
             )
         for c in set(frame.columns) - set(columns):
-            assert sorted(out[c].tolist()) == sorted(frame[c].tolist()), "Columns not listed must stay unchanged."
-    # integer columns become float64 z-scores too
-    ints = ray.data.from_items([{"k": i, "cultivar": i % 3} for i in range(10)], override_num_blocks=2)
-    out_ds = standardize(ints, ["k"])
-    assert _block_types(out_ds, "k") == {pa.float64()}, "An integer column must come out as float64 z-scores."
-    out = out_ds.to_pandas()
-    assert abs(out["k"].std(ddof=1) - 1) < 1e-9, "On an integer column, the standardized std is not 1."
+            assert sorted(out.column(c)) == sorted(frame[c].tolist()), "Columns not listed must stay unchanged."
+    ints = k.module("ray.data").from_items([{"k": i, "cultivar": i % 3} for i in range(10)], override_num_blocks=2)
+    out = k.remote_call("standardize", ints, ["k"]).get("dataset")
+    assert _block_types(out, "k") == {"double"}, "An integer column must come out as float64 z-scores."
+    assert abs(_column(out, "k").std(ddof=1) - 1) < 1e-9, "On an integer column, the standardized std is not 1."
 
 
-def check_add_bands(add_bands):
+# ------------------------------------------------------------------------------ part C
+
+
+def _band(alcohol: float) -> str:
+    return "light" if alcohol < 12.5 else ("medium" if alcohol < 13.5 else "strong")
+
+
+@judges("add_bands_visible")
+def visible_add_bands(k):
+    wine = load_wine_table()
+    rows = k.value("rows_c")
+    assert isinstance(rows, list) and len(rows) == wine.num_rows, f"expected {wine.num_rows} rows"
+    for row in rows:
+        assert isinstance(row, dict) and row.get("band") == _band(row.get("alcohol")), (
+            f"alcohol {row.get('alcohol')} should be {_band(row.get('alcohol'))!r}")
+    assert sorted(r["alcohol"] for r in rows) == sorted(wine["alcohol"].to_pylist()), "keep the dataset's rows"
+
+
+@judges("add_bands_hidden")
+def check_add_bands(k):
     # Boundary values, and blocks that each hold a single band.
     alcohol = [12.5, 13.5, 12.499, 13.499, 11.0, 14.8] * 4
     items = [{"alcohol": a, "cultivar": i % 3} for i, a in enumerate(sorted(alcohol))]
-    ds = ray.data.from_items(items, override_num_blocks=6)
-    out = add_bands(ds)
-    table = pa.concat_tables(ray.get(out.materialize().to_arrow_refs()), promote_options="none")
-    assert table.schema.field("band").type == pa.string(), "band must have Arrow type string in every block."
-    rows = table.to_pylist()
+    out = k.remote_call("add_bands", k.module("ray.data").from_items(items, override_num_blocks=6)).get("dataset")
+    schemas = {(b.names, b.types) for b in out.blocks if b.num_rows}
+    assert _block_types(out, "band") == {"string"} and len(schemas) == 1, (
+        "band must have Arrow type string in every block.")
+    rows = [row for b in out.blocks for row in b.rows()]
     for row in rows:
-        a = row["alcohol"]
-        expected = "light" if a < 12.5 else ("medium" if a < 13.5 else "strong")
-        assert row["band"] == expected, (
+        assert row["band"] == _band(row["alcohol"]), (
             "At the band boundaries the labels are wrong: 12.5 is medium and 13.5 is strong."
         )
     assert len(rows) == len(items), "add_bands must keep every row."
 
 
-def check_long_format(long_format):
+# ------------------------------------------------------------------------------ part D
+
+
+@judges("long_format_visible")
+def visible_long_format(k):
+    wine = load_wine_table()
+    frame = k.value("long_d")
+    assert frame.num_rows == 2 * wine.num_rows, f"expected {2 * wine.num_rows} rows, got {frame.num_rows}"
+    assert set(frame.names) == {"cultivar", "measure", "value"}, "columns must be cultivar, measure, value"
+    measure = list(frame.column("measure"))
+    assert set(measure) == {"alcohol", "hue"}
+    values = np.asarray(frame.column("value"), dtype=np.float64)
+    hue = sum(v for v, m in zip(values, measure) if m == "hue")
+    assert abs(hue - sum(wine["hue"].to_pylist())) < 1e-6, "values of 'hue' do not add up"
+
+
+@judges("long_format_hidden")
+def check_long_format(k):
     wine = load_wine_table()
     frame = wine.to_pandas()
     columns = ["malic_acid", "proline", "color_intensity"]
-    out_ds = long_format(_in_blocks(wine, 4), columns)
-    assert _block_types(out_ds, "value") == {pa.float64()}, "value must be a float64 column in every block."
-    out = out_ds.to_pandas()
-    assert len(out) == len(columns) * wine.num_rows, "Expected one row per input row and listed column."
-    assert set(out.columns) == {"cultivar", "measure", "value"}, "Rows must have exactly cultivar, measure, value."
+    out = k.remote_call("long_format", _dataset(k, _in_blocks(wine, 4)), columns).get("dataset")
+    assert _block_types(out, "value") == {"double"}, "value must be a float64 column in every block."
+    assert _rows(out) == len(columns) * wine.num_rows, "Expected one row per input row and listed column."
+    assert all(set(b.names) == {"cultivar", "measure", "value"} for b in out.blocks if b.num_rows), (
+        "Rows must have exactly cultivar, measure, value.")
+    cultivar, measure, value = (out.column(n) for n in ("cultivar", "measure", "value"))
     for c in columns:
-        for cultivar in (0, 1, 2):
-            got = out[(out["measure"] == c) & (out["cultivar"] == cultivar)]["value"].sum()
-            want = frame[frame["cultivar"] == cultivar][c].sum()
+        for which in (0, 1, 2):
+            got = sum(v for v, m, cv in zip(value, measure, cultivar) if m == c and cv == which)
+            want = frame[frame["cultivar"] == which][c].sum()
             assert abs(got - want) < 1e-6 * max(1.0, abs(want)), (
                 "For other columns, the values per cultivar and measure do not add up: each output row "
                 "must carry its own input row's cultivar and value."
             )
-    empty = long_format(ray.data.from_arrow(wine), [])
-    assert empty.count() == 0, "With no columns listed, the result must be empty."
+    empty = k.remote_call("long_format", _dataset(k, [wine]), []).get("dataset")
+    assert _rows(empty) == 0, "With no columns listed, the result must be empty."

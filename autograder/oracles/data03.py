@@ -1,38 +1,46 @@
-"""Hidden tests for data03 (grader only; never copied into exercises/ or the student bundle).
+"""The judge's checks for data03 (grader only; never copied into exercises/ or the student bundle).
 
-Each ``check_*`` receives the student's class or function and raises ``AssertionError`` with a
-message that names the kind of input that failed and what to fix, never the input or the
-expected value. The checks use their own model (another split, seed and width than the
-notebook's), their own datasets, batch sizes and row orders.
+Each check runs in the grader's process (:mod:`raydata_grader.judge`). The hidden checks train
+their own model here (another split, seed and width than the notebook's), send its file to the
+kernel, have the student's class or function run there on data sent from here, and compare the
+predictions that come back with the model's own, computed here. Messages name the kind of
+input that failed and what to fix, never the input or the expected value.
+
+Trusted measurements: the number of model loads per actor and per instance is counted in the
+kernel (:func:`raydata_course.chapters.ch03_actor_pools.setup_events`, the set-up log the
+course's ``load_classifier`` writes), and so is the pool's compute strategy
+(:func:`raydata_course.judging.helpers.compute_strategy_facts`) and Ray Data's deprecation
+warnings. The judge cross-checks the rows and predictions that come back against its own.
 """
 
-import logging
+import functools
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import ray
 
-from raydata_course.chapters import ch03_actor_pools as pools
 from raydata_course.chapters import ch03_classifier as inference
 from raydata_course.data import load_wine_table
+from raydata_grader.judge import judges
 
 _CONFIDENCE_ATOL = 1e-4
+_POOLS = "raydata_course.chapters.ch03_actor_pools"
 
 
+@functools.lru_cache(maxsize=4)
 def _wine(copies: int = 1) -> pa.Table:
     """The wine table ``copies`` times, with a unique ``id`` and the columns in another order."""
     base = load_wine_table()
     table = pa.concat_tables([base] * copies)
     table = table.append_column("id", pa.array(np.arange(table.num_rows)))
-    names = table.column_names
-    return table.select(names[::-1])  # cultivar and id first, features reversed
+    return table.select(table.column_names[::-1])  # cultivar and id first, features reversed
 
 
-def _oracle_model(folder: Path):
-    """Train the oracle's classifier on its own split; return it and its file."""
+@functools.lru_cache(maxsize=1)
+def _oracle_model():
+    """Train the oracle's classifier on its own split; return it and its file's bytes (once per process)."""
     wine = _wine()
     names = [c for c in load_wine_table().column_names if c != "cultivar"]
     x = np.stack([wine[c].to_numpy() for c in names], axis=1)
@@ -40,7 +48,15 @@ def _oracle_model(folder: Path):
     train = np.arange(wine.num_rows) % 3 != 1
     clf = inference.train_classifier(x[train], y[train], num_classes=3, feature_names=names,
                                      hidden_units=16, epochs=120, seed=7)
-    return clf, str(inference.save_classifier(clf, folder / "oracle-wine.pt"))
+    with tempfile.TemporaryDirectory(prefix="data03-oracle-") as folder:
+        path = inference.save_classifier(clf, Path(folder) / "oracle-wine.pt")
+        return clf, path.read_bytes()
+
+
+def _model_in_kernel(k):
+    """The oracle's model, trained here, and the path of its file in the kernel."""
+    clf, data = _oracle_model()
+    return clf, k.call(k.helper("write_file"), data, "oracle-wine.pt")
 
 
 def _reference(clf, frame: pd.DataFrame, min_confidence: float) -> pd.DataFrame:
@@ -54,26 +70,19 @@ def _reference(clf, frame: pd.DataFrame, min_confidence: float) -> pd.DataFrame:
                          "margin": ordered[:, -1] - ordered[:, -2]}).set_index("id")
 
 
-def _readonly_batch(frame: pd.DataFrame, extra_column: bool = True) -> dict:
-    batch = {c: frame[c].to_numpy().copy() for c in frame.columns}
-    if extra_column:
-        batch["quality_note"] = np.arange(len(frame), dtype=np.float64)  # not a feature
-    for array in batch.values():
-        array.setflags(write=False)
-    return batch
-
-
-def _check_output(out, batch: dict, who: str) -> pd.DataFrame:
+def _check_output(out, batch: pd.DataFrame, who: str) -> pd.DataFrame:
     assert isinstance(out, dict), f"{who}: __call__ must return a dict of NumPy arrays."
     assert set(out) == {"id", "cultivar", "predicted", "confidence"}, (
         f"{who}: the output must have exactly the columns id, cultivar, predicted, confidence."
     )
-    n = len(batch["id"])
+    n = len(batch)
     for key in out:
-        assert len(out[key]) == n, f"{who}: every output column needs one value per input row."
-    assert np.asarray(out["predicted"]).dtype == np.int64, f"{who}: predicted must be int64."
-    assert np.asarray(out["confidence"]).dtype == np.float32, f"{who}: confidence must be float32."
-    assert np.array_equal(out["id"], batch["id"]) and np.array_equal(out["cultivar"], batch["cultivar"]), (
+        assert isinstance(out[key], np.ndarray) and len(out[key]) == n, (
+            f"{who}: every output column needs one value per input row.")
+    assert out["predicted"].dtype == np.int64, f"{who}: predicted must be int64."
+    assert out["confidence"].dtype == np.float32, f"{who}: confidence must be float32."
+    assert np.array_equal(out["id"], batch["id"].to_numpy()) and np.array_equal(
+        out["cultivar"], batch["cultivar"].to_numpy()), (
         f"{who}: copy id and cultivar from the batch unchanged, in the batch's row order."
     )
     return pd.DataFrame({k: np.asarray(v) for k, v in out.items()}).set_index("id")
@@ -92,136 +101,203 @@ def _agrees(got: pd.DataFrame, ref: pd.DataFrame, min_confidence: float) -> bool
     return bool(close.all() and (same | ambiguous).all())
 
 
-def _loads() -> int:
-    return len(pools.local_setup_events("load_classifier"))
+def _frame(data) -> pd.DataFrame:
+    """A FrameData or TableData from the kernel as a DataFrame."""
+    return pd.DataFrame({n: np.asarray(c) if not isinstance(c, np.ndarray) else c
+                         for n, c in zip(data.names, data.columns)})
 
 
-def check_predictor(WinePredictor):
-    with tempfile.TemporaryDirectory(prefix="data03-oracle-") as folder:
-        clf, path = _oracle_model(Path(folder))
-        frame = _wine().to_pandas()
-        order = np.random.default_rng(11).permutation(len(frame))
-        bounds = np.cumsum([0, 1, 7, 50, 120])  # batch sizes, 178 rows in all
-        pieces = [frame.iloc[order[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
-
-        for min_confidence in (0.0, 0.95):
-            before = _loads()
-            predictor = WinePredictor(path, min_confidence=min_confidence)
-            results = {}
-            for i in (2, 0, 3, 1):  # batches out of order
-                results[i] = _check_output(predictor(_readonly_batch(pieces[i])), pieces[i], "WinePredictor")
-            whole = _check_output(predictor(_readonly_batch(frame)), frame, "WinePredictor")
-            loads = _loads() - before
-            assert loads >= 1, (
-                "WinePredictor never called inference.load_classifier(model_path): load the model with it "
-                "in __init__."
-            )
-            assert loads == 1, (
-                "One WinePredictor instance loaded the model more than once while it predicted several "
-                "batches: load it once, in __init__, keep it on self, and only use it in __call__."
-            )
-            batched = pd.concat(results.values())
-            ref = _reference(clf, frame, min_confidence)
-            own_whole = whole[["predicted", "confidence"]].assign(margin=ref["margin"])
-            consistent = np.isfinite(batched["confidence"].to_numpy(np.float64)).all() and _agrees(
-                batched, own_whole, min_confidence)
-            assert consistent, (
-                "A row's prediction changed with the rows that share its batch (a batch of one row included): "
-                "standardize with the training statistics classifier.mean and classifier.std, never with "
-                "the batch's own mean or std."
-            )
-            assert _agrees(whole, ref, min_confidence) and _agrees(batched, ref, min_confidence), (
-                "With another model file" + (" and a min_confidence threshold" if min_confidence else "")
-                + ", some predictions or confidences differ from the model's. Stack the features in the "
-                "order of classifier.feature_names (not the batch's column order; the batch may hold other "
-                "columns), as float32, standardize with classifier.mean and classifier.std, and mark "
-                "predictions whose confidence is below min_confidence with -1."
-            )
+def _local_loads(k) -> int:
+    return k.call(k.module("builtins").len, k.module(_POOLS).local_setup_events("load_classifier"))
 
 
-def _deprecation_records(fn):
-    """Run fn() while capturing Ray Data's WARNING log records; return (result, messages)."""
-    messages = []
 
-    class _Capture(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = _Capture(logging.WARNING)
-    logger = logging.getLogger("ray.data._internal.util")
-    logger.addHandler(handler)
-    try:
-        result = fn()
-    finally:
-        logger.removeHandler(handler)
-    return result, messages
+def warm() -> None:
+    """Train the oracle's model and load the tables before the first grade cell (while the kernel starts)."""
+    _oracle_model()
+    _wine(2)
 
 
-def check_predict_wine(predict_wine):
+# ------------------------------------------------------------------------------ part A
+
+
+def _notebook_classifier(k):
+    """The notebook's own classifier, rebuilt here from its arrays (no pickle crosses)."""
+    import torch
+
+    arrays = k.call(k.helper("classifier_arrays"), k.student("classifier"))
+    state = {name: torch.from_numpy(np.array(v)) for name, v in arrays["state"].items()}
+    hidden = int(state["0.weight"].shape[0])
+    model = inference._build_model(len(arrays["feature_names"]), len(arrays["class_names"]), hidden)
+    model.load_state_dict(state)
+    model.eval()
+    return inference.Classifier(model, np.asarray(arrays["mean"], np.float32), np.asarray(arrays["std"], np.float32),
+                                tuple(arrays["feature_names"]), tuple(arrays["class_names"]))
+
+
+@judges("predictor_visible")
+def visible_predictor(k):
+    wine = load_wine_table().to_pandas()
+    out = k.value("out_a")
+    assert isinstance(out, dict), "__call__ must return a dict of NumPy arrays"
+    assert set(out) == {"id", "cultivar", "predicted", "confidence"}, "expected columns id, cultivar, predicted, confidence"
+    assert out["predicted"].dtype == np.int64, "predicted must be int64"
+    assert out["confidence"].dtype == np.float32, "confidence must be float32"
+    ids = np.asarray(k.value("batch_a")["id"])
+    assert len(out["predicted"]) == 40 and np.array_equal(out["id"], ids), "one output row per input row, ids unchanged"
+    assert np.all((out["confidence"] > 0) & (out["confidence"] <= 1)), "confidence is a probability"
+    truth = wine["cultivar"].to_numpy()[np.asarray(out["id"], dtype=np.int64)]
+    assert float((out["predicted"] == truth).mean()) >= 0.85, "too few wines classified correctly"
+    assert len(k.value("one")["predicted"]) == 1, "a batch of one row must give one prediction"
+    assert np.all(k.value("strict")["predicted"] == -1), "with min_confidence above every probability, every prediction must be -1"
+
+
+@judges("predictor_hidden")
+def check_predictor(k):
+    """Another model, batch sizes and orders: the model's own predictions, one load per instance.
+
+    Trusts a measurement made in the kernel: the count of ``load_classifier`` calls in the
+    kernel's process (the course's set-up log). Cross-checked here: every prediction and
+    confidence against this process's own model.
+    """
+    clf, path = _model_in_kernel(k)
+    frame = _wine().to_pandas()
+    order = np.random.default_rng(11).permutation(len(frame))
+    bounds = np.cumsum([0, 1, 7, 50, 120])  # batch sizes, 178 rows in all
+    pieces = [frame.iloc[order[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def batch(piece: pd.DataFrame):
+        table = pa.Table.from_pandas(piece, preserve_index=False)
+        return k.helper("readonly_batch")(table, {"quality_note": np.arange(len(piece), dtype=np.float64)})  # not a feature
+
+    for min_confidence in (0.0, 0.95):
+        before = _local_loads(k)
+        predictor = k.remote_call("WinePredictor", path, min_confidence=min_confidence)
+        results = {}
+        for i in (2, 0, 3, 1):  # batches out of order
+            results[i] = _check_output(k.call(predictor, batch(pieces[i])), pieces[i], "WinePredictor")
+        whole = _check_output(k.call(predictor, batch(frame)), frame, "WinePredictor")
+        loads = _local_loads(k) - before
+        assert loads >= 1, (
+            "WinePredictor never called inference.load_classifier(model_path): load the model with it "
+            "in __init__."
+        )
+        assert loads == 1, (
+            "One WinePredictor instance loaded the model more than once while it predicted several "
+            "batches: load it once, in __init__, keep it on self, and only use it in __call__."
+        )
+        batched = pd.concat(results.values())
+        ref = _reference(clf, frame, min_confidence)
+        own_whole = whole[["predicted", "confidence"]].assign(margin=ref["margin"])
+        consistent = np.isfinite(batched["confidence"].to_numpy(np.float64)).all() and _agrees(
+            batched, own_whole, min_confidence)
+        assert consistent, (
+            "A row's prediction changed with the rows that share its batch (a batch of one row included): "
+            "standardize with the training statistics classifier.mean and classifier.std, never with "
+            "the batch's own mean or std."
+        )
+        assert _agrees(whole, ref, min_confidence) and _agrees(batched, ref, min_confidence), (
+            "With another model file" + (" and a min_confidence threshold" if min_confidence else "")
+            + ", some predictions or confidences differ from the model's. Stack the features in the "
+            "order of classifier.feature_names (not the batch's column order; the batch may hold other "
+            "columns), as float32, standardize with classifier.mean and classifier.std, and mark "
+            "predictions whose confidence is below min_confidence with -1."
+        )
+
+
+# ------------------------------------------------------------------------------ part B
+
+
+@judges("predict_wine_visible")
+def visible_predict_wine(k):
+    wine = load_wine_table()
+    frame = _frame(k.value("out_b"))
+    loads = k.value("loads")
+    assert len(frame) == wine.num_rows and sorted(frame["id"].tolist()) == list(range(wine.num_rows)), (
+        "every wine must be predicted exactly once")
+    assert isinstance(loads, list) and loads, "no model was loaded inside an actor"
+    actors = {e.get("actor_id") for e in loads if isinstance(e, dict)}
+    assert None not in actors and len(loads) == len(actors), "load the model once per actor, in __init__"
+    clf = _notebook_classifier(k)
+    table = wine.append_column("id", pa.array(np.arange(wine.num_rows))).to_pandas()
+    x = np.stack([table[c].to_numpy() for c in clf.feature_names], axis=1).astype(np.float32)
+    reference = clf.probabilities((x - clf.mean) / clf.std)
+    frame = frame.sort_values("id")
+    assert np.array_equal(frame["predicted"].to_numpy(), reference.argmax(axis=1)), "some predictions differ from the model's"
+    assert np.allclose(frame["confidence"].to_numpy(), reference.max(axis=1), atol=1e-5), "some confidences differ"
+
+
+@judges("predict_wine_hidden")
+def check_predict_wine(k):
+    """A fixed pool of exactly num_actors actors, one load per actor, every row predicted right.
+
+    Trusts measurements made in the kernel: the pool's compute strategy read from the plan,
+    Ray Data's deprecation warnings, and the model loads the actors logged (the course's
+    set-up log actor). Cross-checked here: every row came back once, with this process's
+    model's prediction.
+    """
     num_actors, batch_size, min_confidence = 2, 8, 0.8
-    with tempfile.TemporaryDirectory(prefix="data03-oracle-") as folder:
-        clf, path = _oracle_model(Path(folder))
-        table = _wine(copies=2)
-        ds = ray.data.from_arrow([table.slice(i, 72) for i in range(0, table.num_rows, 72)])  # 5 blocks
-        out_ds, messages = _deprecation_records(
-            lambda: predict_wine(ds, path, num_actors, batch_size=batch_size, min_confidence=min_confidence)
-        )
-        assert hasattr(out_ds, "_logical_plan"), (
-            "predict_wine must return the Dataset that map_batches gives (lazy), not rows or a DataFrame."
-        )
-        assert not any("concurrency" in m and "deprecated" in m for m in messages), (
-            "predict_wine uses the concurrency= argument, which Ray 2.60 deprecates (it logs a warning). "
-            "Pass compute=ray.data.ActorPoolStrategy(size=num_actors) instead."
-        )
-        strategies = pools.compute_strategies(out_ds)
-        assert strategies, "predict_wine must apply WinePredictor with map_batches."
-        strategy = strategies[-1][1]
-        assert isinstance(strategy, ray.data.ActorPoolStrategy), (
-            "WinePredictor must run in an actor pool: compute=ray.data.ActorPoolStrategy(...)."
-        )
-        assert strategy.min_size == strategy.max_size == num_actors, (
-            "The pool is not a fixed pool of exactly num_actors actors: use "
-            "compute=ray.data.ActorPoolStrategy(size=num_actors), not an autoscaling pool (a class with "
-            "no compute= gets one) and not a hard-coded size."
-        )
+    clf, path = _model_in_kernel(k)
+    table = _wine(copies=2)
+    ds = k.module("ray.data").from_arrow([table.slice(i, 72) for i in range(0, table.num_rows, 72)])  # 5 blocks
+    called = k.helper("call_capturing_warnings")(k.student("predict_wine"), ds, path, num_actors,
+                                                  batch_size=batch_size, min_confidence=min_confidence,
+                                                  logger_name="ray.data._internal.util")
+    out_ds = k.helper("getitem")(called, "result")
+    messages = k.call(k.helper("getitem"), called, "messages")
+    assert out_ds.type.is_a("ray.data.dataset.Dataset"), (
+        "predict_wine must return the Dataset that map_batches gives (lazy), not rows or a DataFrame."
+    )
+    assert not any("concurrency" in m and "deprecated" in m for m in messages), (
+        "predict_wine uses the concurrency= argument, which Ray 2.60 deprecates (it logs a warning). "
+        "Pass compute=ray.data.ActorPoolStrategy(size=num_actors) instead."
+    )
+    strategies = k.call(k.helper("compute_strategy_facts"), out_ds)
+    assert strategies, "predict_wine must apply WinePredictor with map_batches."
+    strategy = strategies[-1]
+    assert strategy["strategy"] == "ActorPoolStrategy", (
+        "WinePredictor must run in an actor pool: compute=ray.data.ActorPoolStrategy(...)."
+    )
+    assert strategy["min_size"] == strategy["max_size"] == num_actors, (
+        "The pool is not a fixed pool of exactly num_actors actors: use "
+        "compute=ray.data.ActorPoolStrategy(size=num_actors), not an autoscaling pool (a class with "
+        "no compute= gets one) and not a hard-coded size."
+    )
 
-        pools.start_setup_log()
-        # Wait until every actor of the pool has started (run its constructor) before work is
-        # handed out, so that the number of loads does not depend on how fast actors start.
-        # The dataset runs with the DataContext snapshot it was created with, so set it there.
-        ctx = out_ds.context
-        saved_wait_s, ctx.wait_for_min_actors_s = ctx.wait_for_min_actors_s, 120
-        try:
-            rows = out_ds.to_pandas()
-        finally:
-            ctx.wait_for_min_actors_s = saved_wait_s
-        # Only this pool's loads: an actor of the notebook's earlier pool (another model file)
-        # can still be starting on a busy machine, and would load after the log was cleared.
-        loads = [e for e in pools.setup_events("load_classifier")
-                 if e.actor_id is not None and e.detail == str(Path(path).resolve())]
-        assert len(rows) == table.num_rows and rows["id"].is_unique, (
-            "On a larger dataset, not every row came out exactly once."
-        )
-        assert loads, "No model was loaded inside the pool's actors: load it in WinePredictor.__init__."
-        actors = {e.actor_id for e in loads}
-        assert len(loads) == len(actors), (
-            "In the actor pool, some actor loaded the model more than once (once per batch?): load it "
-            "once per actor, in WinePredictor.__init__."
-        )
-        assert len(actors) == num_actors, (
-            "The number of actors that loaded the model differs from num_actors: the pool must have "
-            "exactly num_actors actors."
-        )
-        got = rows.set_index("id")
-        ref = _reference(clf, table.to_pandas(), min_confidence)
-        assert set(rows.columns) == {"id", "cultivar", "predicted", "confidence"}, (
-            "The pool's output must have exactly the columns id, cultivar, predicted, confidence."
-        )
-        assert _agrees(got, ref, min_confidence), (
-            "Through the actor pool, with another model, batch size and min_confidence, some rows' "
-            "predictions differ from the model's. Make sure WinePredictor passes Part A, pass model_path "
-            "and min_confidence to the constructor with fn_constructor_kwargs, and batch_size to map_batches."
-        )
+    k.call(k.module(_POOLS).start_setup_log)
+    # Wait until every actor of the pool has started (run its constructor) before work is
+    # handed out, so that the number of loads does not depend on how fast actors start.
+    rows = _frame(k.call(k.helper("run_with_min_actor_wait"), out_ds, 120))
+    # Only this pool's loads: an actor of the notebook's earlier pool (another model file)
+    # can still be starting on a busy machine, and would load after the log was cleared.
+    loads = [e for e in k.call(k.module(_POOLS).setup_events, "load_classifier")
+             if isinstance(e, dict) and e.get("actor_id") is not None and e.get("detail") == path]
+    assert len(rows) == table.num_rows and rows["id"].is_unique, (
+        "On a larger dataset, not every row came out exactly once."
+    )
+    assert loads, "No model was loaded inside the pool's actors: load it in WinePredictor.__init__."
+    actors = {e["actor_id"] for e in loads}
+    assert len(loads) == len(actors), (
+        "In the actor pool, some actor loaded the model more than once (once per batch?): load it "
+        "once per actor, in WinePredictor.__init__."
+    )
+    assert len(actors) == num_actors, (
+        "The number of actors that loaded the model differs from num_actors: the pool must have "
+        "exactly num_actors actors."
+    )
+    got = rows.set_index("id")
+    ref = _reference(clf, table.to_pandas(), min_confidence)
+    assert set(rows.columns) == {"id", "cultivar", "predicted", "confidence"}, (
+        "The pool's output must have exactly the columns id, cultivar, predicted, confidence."
+    )
+    assert _agrees(got, ref, min_confidence), (
+        "Through the actor pool, with another model, batch size and min_confidence, some rows' "
+        "predictions differ from the model's. Make sure WinePredictor passes Part A, pass model_path "
+        "and min_confidence to the constructor with fn_constructor_kwargs, and batch_size to map_batches."
+    )
+
+
+# ------------------------------------------------------------------------------ part C
 
 
 def _expected(frame: pd.DataFrame, num_classes: int) -> dict:
@@ -247,7 +323,42 @@ def _predictions(truth: np.ndarray, num_classes: int, seed: int, error_rate: flo
     return frame.sample(frac=1.0, random_state=seed)  # not in id order
 
 
-def check_evaluate(evaluate):
+def _check_evaluation(result, frame: pd.DataFrame, num_classes: int, what: str) -> None:
+    expected = _expected(frame, num_classes)
+    assert isinstance(result, dict) and {"accuracy", "abstained", "confusion"} <= set(result), (
+        "evaluate must return a dict with accuracy, abstained and confusion."
+    )
+    assert isinstance(result["accuracy"], (float, np.floating)), "accuracy must be a float."
+    assert isinstance(result["abstained"], (int, np.integer)) and not isinstance(result["abstained"], bool), (
+        "abstained must be an int.")
+    confusion = result["confusion"]
+    assert isinstance(confusion, np.ndarray) and confusion.dtype == np.int64, "confusion must be an int64 NumPy array."
+    assert confusion.shape == (num_classes, num_classes), (
+        f"{what}, confusion does not have shape (num_classes, num_classes)."
+    )
+    assert np.array_equal(confusion, expected["confusion"]) and result["abstained"] == expected["abstained"], (
+        f"{what}, the confusion matrix or the abstention count is wrong: count each row by its own "
+        "cultivar and predicted, leave rows with predicted == -1 out of the matrix, and do not compare "
+        "with labels kept in input order."
+    )
+    assert abs(float(result["accuracy"]) - expected["accuracy"]) < 1e-9, (
+        f"{what}, the accuracy is wrong: correct rows (predicted == cultivar) divided by all rows, "
+        "abstentions included."
+    )
+
+
+@judges("evaluate_visible")
+def visible_evaluate(k):
+    truth = load_wine_table()["cultivar"].to_numpy()
+    pred = truth.copy()
+    pred[::10] = (truth[::10] + 1) % 3
+    pred[5::25] = -1
+    frame = pd.DataFrame({"id": np.arange(len(truth)), "cultivar": truth, "predicted": pred})
+    _check_evaluation(k.value("result_c"), frame, 3, "On the visible test's predictions")
+
+
+@judges("evaluate_hidden")
+def check_evaluate(k):
     wine_truth = load_wine_table()["cultivar"].to_numpy()
     cases = [
         (_predictions(wine_truth, 3, seed=5, error_rate=0.2, abstain_rate=0.1), 3, 5),
@@ -255,48 +366,58 @@ def check_evaluate(evaluate):
                       abstain_rate=0.05, never_predicted=3), 4, 7),
     ]
     for frame, num_classes, blocks in cases:
-        result = evaluate(ray.data.from_pandas([frame[i::blocks] for i in range(blocks)]), num_classes)
-        expected = _expected(frame, num_classes)
-        assert isinstance(result, dict) and {"accuracy", "abstained", "confusion"} <= set(result), (
-            "evaluate must return a dict with accuracy, abstained and confusion."
-        )
-        assert isinstance(result["accuracy"], (float, np.floating)), "accuracy must be a float."
-        assert isinstance(result["abstained"], (int, np.integer)), "abstained must be an int."
-        confusion = result["confusion"]
-        assert isinstance(confusion, np.ndarray) and confusion.dtype == np.int64, (
-            "confusion must be an int64 NumPy array."
-        )
-        assert confusion.shape == (num_classes, num_classes), (
-            "For another number of classes, confusion does not have shape (num_classes, num_classes)."
-        )
-        assert np.array_equal(confusion, expected["confusion"]) and result["abstained"] == expected["abstained"], (
-            "On predictions that arrive in another order (and in other blocks), the confusion matrix or "
-            "the abstention count is wrong: count each row by its own cultivar and predicted, leave "
-            "rows with predicted == -1 out of the matrix, and do not compare with labels kept in input order."
-        )
-        assert abs(float(result["accuracy"]) - expected["accuracy"]) < 1e-9, (
-            "On predictions in another order, the accuracy is wrong: correct rows (predicted == cultivar) "
-            "divided by all rows, abstentions included."
-        )
+        tables = [pa.Table.from_pandas(frame[i::blocks], preserve_index=False) for i in range(blocks)]
+        result = k.call("evaluate", k.helper("dataset_from_pandas")(tables), num_classes)
+        _check_evaluation(result, frame, num_classes,
+                          "On predictions that arrive in another order (and in other blocks, with another number of classes)")
 
 
-def check_pool_for(pool_for):
+# ------------------------------------------------------------------------------ part D
+
+
+def _check_pool(k, args, expected_max: int, visible: bool) -> None:
+    pool = k.remote_call("pool_for", *args)
+    assert pool.type.is_a("ActorPoolStrategy"), (
+        "pool_for must return a ray.data.ActorPoolStrategy.")
+    sizes = (pool.min_size.get(), pool.initial_size.get(), pool.max_size.get())
+    if visible:
+        assert (sizes[0], sizes[2]) == (1, expected_max), f"pool_for{args}: expected min_size=1, max_size={expected_max}"
+        return
+    assert sizes[0] == 1 and sizes[1] == 1, "The pool must start from min_size=1 (autoscaling)."
+    assert sizes[2] == expected_max, (
+        "For other cluster sizes, CPUs per actor (fractions included) or reserved CPUs, max_size is "
+        "wrong: it is the largest whole number of actors of cpus_per_actor CPUs that fit in "
+        "cluster_cpus - reserved_cpus."
+    )
+
+
+def _raises_value_error(k, args) -> bool:
+    from raydata_grader.remote import KernelRaised
+
+    try:
+        k.call("pool_for", *args)
+    except KernelRaised as exc:
+        if exc.is_a("ValueError"):
+            return True
+        raise
+    return False
+
+
+@judges("pool_for_visible")
+def visible_pool_for(k):
+    num_cpus = k.student("session").num_cpus.get()
+    for args, expected_max in [((4,), 3), ((4, 0.5), 6), ((2, 1, 1), 1), ((num_cpus,), num_cpus - 1)]:
+        _check_pool(k, args, expected_max, visible=True)
+    assert _raises_value_error(k, (1, 1, 1)), "pool_for(1, 1, 1) leaves no CPU for an actor: it must raise ValueError"
+
+
+@judges("pool_for_hidden")
+def check_pool_for(k):
     fits = [((16, 2, 2), 7), ((8, 0.25, 1), 28), ((3, 2, 0), 1), ((2.5, 1, 1), 1), ((6, 1.5, 1), 3),
             ((64, 4, 4), 15)]
     for args, expected_max in fits:
-        pool = pool_for(*args)
-        assert isinstance(pool, ray.data.ActorPoolStrategy), "pool_for must return a ray.data.ActorPoolStrategy."
-        assert pool.min_size == 1 and pool.initial_size == 1, "The pool must start from min_size=1 (autoscaling)."
-        assert pool.max_size == expected_max, (
-            "For other cluster sizes, CPUs per actor (fractions included) or reserved CPUs, max_size is "
-            "wrong: it is the largest whole number of actors of cpus_per_actor CPUs that fit in "
-            "cluster_cpus - reserved_cpus."
-        )
+        _check_pool(k, args, expected_max, visible=False)
     for args in [(1, 2, 0), (1.5, 1, 1), (4, 0, 1), (4, -1, 1)]:
-        try:
-            pool_for(*args)
-        except ValueError:
-            continue
-        raise AssertionError(
+        assert _raises_value_error(k, args), (
             "When cpus_per_actor is not positive, or not even one actor fits, pool_for must raise ValueError."
         )

@@ -1,76 +1,92 @@
-"""Hidden tests for data05 (grader only; never copied into exercises/ or the student bundle).
+"""The judge's checks for data05 (grader only; never copied into exercises/ or the student bundle).
 
-Each ``check_*`` receives the student's objects and raises ``AssertionError`` with a message
-that names the kind of input that failed and what to fix, never the input or expected value.
-The datasets here are built from :func:`raydata_course.chapters.ch05_split_checks.id_probe_table`: digits-shaped
-rows whose first pixels spell out the row id, so the check can tell from the features alone
-which rows a batch held.
+Each check runs in the grader's process (:mod:`raydata_grader.judge`). Its datasets are built
+here from :func:`raydata_course.chapters.ch05_split_checks.id_probe_table` (digits-shaped rows
+whose first pixels spell out the row id) and sent to the kernel, so the judge can tell from the
+features alone which rows a batch held. Batches come back as tensors' data (dtype, shape,
+device and values). The model check sends the test features without their labels and scores
+the predictions that come back here. Messages name the kind of input that failed and what to
+fix, never the input or the expected value.
+
+Trusted measurement: the shards' time limit (``run_split_readers`` in the kernel).
 """
 
-import warnings
+import functools
 
 import numpy as np
 import pyarrow as pa
-import ray
-import torch
-from ray.data.collate_fn import CollateFn
 
 from raydata_course.chapters import ch05_split_checks as split_checks
 from raydata_course.chapters import ch05_torch_ingest as ingest
+from raydata_course.judging.wire import TensorData
+from raydata_grader.judge import judges
+from raydata_grader.remote import KernelRaised
 
 #: Longest a correct read of every shard may take on a loaded 2-core machine, in seconds
 #: (a correct answer needs a few seconds on a quiet one).
 SPLIT_TIMEOUT_S = 30.0
 
 
-def _probe_dataset(num_rows: int, num_blocks: int, seed: int = 0):
+@functools.lru_cache(maxsize=1)
+def _digits_split():
+    """The course's train and test digits, split once per grading process."""
+    return ingest.digits_split()
+
+
+def warm() -> None:
+    """Load the digits before the first grade cell (while the kernel starts)."""
+    _digits_split()
+
+
+def _probe_dataset(k, num_rows: int, num_blocks: int, seed: int = 0):
     table = split_checks.id_probe_table(num_rows, seed=seed)
-    return ray.data.from_arrow(table).repartition(num_blocks).materialize(), table
+    return k.module("ray.data").from_arrow(table).repartition(num_blocks).materialize(), table
 
 
-def _expected_features(table: pa.Table) -> np.ndarray:
-    return ingest.digits_arrays(table)[0]
-
-
-def _check_xy(batch, what: str):
+def _check_xy(batch, what: str) -> tuple[TensorData, TensorData]:
     assert isinstance(batch, (tuple, list)) and len(batch) == 2, (
         f"{what}: each batch must be a tuple (features, labels), got {type(batch).__name__}."
     )
     x, y = batch
-    assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor), (
-        f"{what}: features and labels must be torch tensors."
-    )
-    assert x.dtype == torch.float32, f"{what}: features must be float32, got {x.dtype}."
-    assert y.dtype == torch.int64, f"{what}: labels must be int64 (what CrossEntropyLoss expects), got {y.dtype}."
-    assert x.ndim == 2 and x.shape[1] == ingest.DIGITS_NUM_FEATURES, (
+    assert isinstance(x, TensorData) and isinstance(y, TensorData), f"{what}: features and labels must be torch tensors."
+    assert x.dtype == "float32", f"{what}: features must be float32, got torch.{x.dtype}."
+    assert y.dtype == "int64", f"{what}: labels must be int64 (what CrossEntropyLoss expects), got torch.{y.dtype}."
+    assert len(x.shape) == 2 and x.shape[1] == ingest.DIGITS_NUM_FEATURES, (
         f"{what}: features must have shape (rows, 64), got {tuple(x.shape)}."
     )
-    assert y.shape == (x.shape[0],), (
-        f"{what}: labels must have shape (rows,), one label per row, got {tuple(y.shape)} for "
-        f"{x.shape[0]} rows."
+    assert tuple(y.shape) == (x.shape[0],), (
+        f"{what}: labels must have shape (rows,), one label per row, got {tuple(y.shape)} for {x.shape[0]} rows."
     )
     return x, y
 
 
-def check_collate(DigitsCollate):
-    collate = DigitsCollate()
-    assert isinstance(collate, CollateFn), (
+# ------------------------------------------------------------------------------ part A
+
+
+@judges("collate_visible")
+def visible_collate(k):
+    x, y = _check_xy(k.value("batch_a"), "The visible test's batch")
+    assert tuple(x.shape) == (32, 64) and tuple(y.shape) == (32,), "features (32, 64) and labels (32,) for 32 rows"
+    assert 0 <= float(x.values.min()) and float(x.values.max()) <= 1, "features must be pixels / 16, in [0, 1]"
+    assert np.array_equal(x.values * 16, np.round(x.values * 16)), "features must be pixels / 16"
+    assert set(y.values.tolist()) <= set(range(10)), "labels must be the digits 0-9"
+
+
+@judges("collate_hidden")
+def check_collate(k):
+    assert k.call(k.helper("is_instance"), k.student("DigitsCollate")(), "ray.data.collate_fn", "CollateFn"), (
         "DigitsCollate must subclass one of Ray's collate classes (ArrowBatchCollateFn, "
         "NumpyBatchCollateFn or PandasBatchCollateFn from ray.data.collate_fn); plain "
         "callables are deprecated since Ray 2.47."
     )
-    ds, table = _probe_dataset(301, 5, seed=1)
-    expected = _expected_features(table)
+    ds, table = _probe_dataset(k, 301, 5, seed=1)
+    expected = ingest.digits_arrays(table)[0]
     for batch_size in (1, 7, 64):
-        xs, ys = [], []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # torch's "not writable" notice
-            for batch in ds.iter_torch_batches(batch_size=batch_size, collate_fn=DigitsCollate()):
-                x, y = _check_xy(batch, f"With batches of {batch_size} row(s)")
-                xs.append(x)
-                ys.append(y)
-        x = torch.cat(xs).numpy()
-        y = torch.cat(ys).numpy()
+        batches = k.call(k.helper("collect_torch_batches"), ds, batch_size=batch_size,
+                         collate_fn=k.student("DigitsCollate")())
+        xs, ys = zip(*[_check_xy(b, f"With batches of {batch_size} row(s)") for b in batches]) if batches else ((), ())
+        x = np.concatenate([t.values for t in xs]) if xs else np.zeros((0, 64), np.float32)
+        y = np.concatenate([t.values for t in ys]) if ys else np.zeros(0, np.int64)
         assert len(x) == table.num_rows, f"With batches of {batch_size} row(s), rows were lost or added."
         ids = split_checks.ids_from_features(x)
         assert np.array_equal(np.sort(ids), np.arange(table.num_rows)), (
@@ -79,41 +95,55 @@ def check_collate(DigitsCollate):
         )
         assert np.array_equal(x, expected[ids]), "Features must be exactly pixels / 16 (as float32)."
         assert np.array_equal(y, ids % 10), "Each label must be the label of its own row."
-    x, y = next(iter(ds.iter_torch_batches(batch_size=16, collate_fn=DigitsCollate(), device="meta")))
-    assert x.device.type == "meta" and y.device.type == "meta", (
+    first = k.call(k.helper("collect_torch_batches"), ds, limit=1, batch_size=16,
+                   collate_fn=k.student("DigitsCollate")(), device="meta")
+    x, y = _check_xy(first[0] if first else None, "With device='meta'")
+    assert x.device == "meta" and y.device == "meta", (
         "With device= set, your batches stayed on the CPU: return a tuple of tensors so that "
         "iter_torch_batches moves them to the device."
     )
 
 
-def _epoch(train_batches, ds, batch_size: int, epoch: int, device: str = "cpu"):
+# ------------------------------------------------------------------------------ part B
+
+
+@judges("train_batches_visible")
+def visible_train_batches(k):
+    train, _ = _digits_split()
+    sizes = k.value("sizes_b")
+    assert isinstance(sizes, list) and sum(sizes) == train.num_rows, (
+        f"one epoch must deliver the {train.num_rows} rows of the dataset")
+    assert all(s == 64 for s in sizes[:-1]), "every batch but the last must hold batch_size rows"
+
+
+def _epoch(k, ds, batch_size: int, epoch: int, device: str = "cpu"):
+    batches = k.call(k.helper("collect"), k.student("train_batches")(ds, batch_size=batch_size, epoch=epoch, device=device))
     ids, sizes, devices = [], [], set()
-    for batch in train_batches(ds, batch_size=batch_size, epoch=epoch, device=device):
+    for batch in batches:
         x, y = _check_xy(batch, f"train_batches(batch_size={batch_size})")
-        devices.add(x.device.type)
-        devices.add(y.device.type)
+        devices |= {x.device, y.device}
         sizes.append(x.shape[0])
         if device != "meta":
-            ids.append(split_checks.ids_from_features(x))
+            ids.append(split_checks.ids_from_features(x.values))
     return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sizes, devices
 
 
-def check_train_batches(train_batches):
+@judges("train_batches_hidden")
+def check_train_batches(k):
     num_rows = 1003
-    ds, _ = _probe_dataset(num_rows, 6, seed=2)
+    ds, _ = _probe_dataset(k, num_rows, 6, seed=2)
     orders = []
     for batch_size in (64, 100):
         for epoch in (0, 1):
-            ids, sizes, _ = _epoch(train_batches, ds, batch_size, epoch)
+            ids, sizes, _ = _epoch(k, ds, batch_size, epoch)
             cover = split_checks.row_coverage(ids, num_rows)
             assert cover.exactly_once, (
                 f"In one epoch with batch_size={batch_size}, {cover.missing} row(s) were never "
                 f"seen and {cover.repeated} were seen twice: every row must be seen exactly once "
                 "per epoch (keep the last, smaller batch)."
             )
-            assert all(s == batch_size for s in sizes[:-1]) and 0 < sizes[-1] <= batch_size, (
-                f"With batch_size={batch_size}, every batch but the last must hold exactly "
-                "batch_size rows."
+            assert sizes and all(s == batch_size for s in sizes[:-1]) and 0 < sizes[-1] <= batch_size, (
+                f"With batch_size={batch_size}, every batch but the last must hold exactly batch_size rows."
             )
             if batch_size == 64:
                 orders.append(ids)
@@ -123,48 +153,96 @@ def check_train_batches(train_batches):
     assert not np.array_equal(orders[0], orders[1]), (
         "Epochs 0 and 1 saw the rows in the same order: seed the local shuffle with the epoch."
     )
-    _, _, devices = _epoch(train_batches, ds, 128, 0, device="meta")
-    assert devices == {"meta"}, (
-        "With another device, the batches did not arrive on it: pass device to iter_torch_batches."
-    )
+    _, _, devices = _epoch(k, ds, 128, 0, device="meta")
+    assert devices == {"meta"}, "With another device, the batches did not arrive on it: pass device to iter_torch_batches."
 
 
-def check_read_shards(read_shards):
-    for num_rows, num_blocks, num_shards in ((1001, 9, 3),):
-        ds = ray.data.range(num_rows, override_num_blocks=num_blocks)
-        try:
-            # On a timeout the blocked readers are ended too, so nothing is left stuck in Ray.
-            shards = split_checks.run_split_readers(read_shards, SPLIT_TIMEOUT_S, ds, num_shards)
-        except TimeoutError:
+# ------------------------------------------------------------------------------ part C
+
+
+def _read_shards(k, ds, num_shards: int) -> list:
+    try:
+        # On a timeout the blocked readers are ended too, so nothing is left stuck in Ray.
+        return k.call(k.module("raydata_course.chapters.ch05_split_checks").run_split_readers,
+                      k.student("read_shards"), SPLIT_TIMEOUT_S, ds, num_shards)
+    except KernelRaised as exc:
+        if exc.is_a("TimeoutError"):
             raise AssertionError(
                 f"read_shards did not finish within {SPLIT_TIMEOUT_S:.0f} s. The shards of a "
                 "streaming_split must be read at the same time (one thread per shard): a shard "
                 "read alone waits at the epoch barrier for the others forever."
             ) from None
-        assert len(shards) == num_shards, f"Expected one array per shard ({num_shards}), got {len(shards)}."
-        assert all(len(s) > 0 for s in shards), "Every shard should have received rows."
-        cover = split_checks.row_coverage(np.concatenate([np.asarray(s) for s in shards]), num_rows)
-        assert cover.exactly_once, (
-            f"Across the shards, {cover.missing} row(s) were never read and {cover.repeated} were "
-            "read twice. Each row must reach exactly one shard: note what equal=True does with "
-            "rows that do not divide evenly."
-        )
+        raise
 
 
-def check_train_model(train_model):
+def _shard_ids(shards, num_shards: int) -> np.ndarray:
+    assert isinstance(shards, list) and len(shards) == num_shards, f"Expected one array per shard ({num_shards})."
+    arrays = [np.asarray(s) for s in shards]
+    assert all(a.dtype.kind in "iu" for a in arrays if a.size), "Each shard's ids must be integers."
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+
+@judges("read_shards_visible")
+def visible_read_shards(k):
+    train, _ = _digits_split()
+    ids = _shard_ids(k.value("shards_c"), 2)
+    assert sorted(ids.tolist()) == sorted(train.column("id").to_pylist()), "every row must reach exactly one shard"
+
+
+@judges("read_shards_hidden")
+def check_read_shards(k):
+    """Other row and shard counts: every row reaches exactly one shard, within a time limit.
+
+    Trusts a measurement made in the kernel: the time limit (``run_split_readers`` stops the
+    readers there). Cross-checked here: the ids each shard read.
+    """
+    num_rows, num_blocks, num_shards = 1001, 9, 3
+    ds = k.module("ray.data").range(num_rows, override_num_blocks=num_blocks)
+    shards = _read_shards(k, ds, num_shards)
+    ids = _shard_ids(shards, num_shards)
+    assert all(len(s) > 0 for s in shards), "Every shard should have received rows."
+    cover = split_checks.row_coverage(ids, num_rows)
+    assert cover.exactly_once, (
+        f"Across the shards, {cover.missing} row(s) were never read and {cover.repeated} were "
+        "read twice. Each row must reach exactly one shard: note what equal=True does with "
+        "rows that do not divide evenly."
+    )
+
+
+# ------------------------------------------------------------------------------ part D
+
+
+def _accuracy(k, model, table: pa.Table, labels: np.ndarray) -> float:
+    """The model's test accuracy, scored here: only the features go to the kernel."""
+    assert model.type.is_a("torch.nn.modules.module.Module") or model.type.is_a("Module"), (
+        f"train_model must return a torch.nn.Module, got {model.type.qualname}.")
+    features, _ = ingest.digits_arrays(table)
+    predicted = k.call(k.helper("predict_classes"), model, features)
+    assert isinstance(predicted, np.ndarray) and predicted.shape == labels.shape, (
+        "The model must map features of shape (n, 64) to logits of shape (n, 10).")
+    return float((predicted == labels).mean())
+
+
+@judges("train_model_visible")
+def visible_train_model(k):
+    _, test = _digits_split()
+    acc = _accuracy(k, k.student("model_d"), test, test.column("label").to_numpy())
+    assert acc >= 0.92, f"test accuracy {acc:.1%} is below 92%"
+
+
+@judges("train_model_hidden")
+def check_train_model(k):
     # Same features, classes renamed: a model must learn from the dataset it is given.
-    train, test = ingest.digits_split()
+    train, test = _digits_split()
     rename = np.array([3, 7, 0, 9, 1, 5, 2, 8, 6, 4], dtype=np.int64)
 
     def renamed(table):
         labels = rename[table.column("label").to_numpy()]
         return table.set_column(table.column_names.index("label"), "label", pa.array(labels))
 
-    ds = ray.data.from_arrow(renamed(train)).repartition(3).materialize()
-    model = train_model(ds, epochs=10, batch_size=64)
-    assert isinstance(model, torch.nn.Module), f"train_model must return a torch.nn.Module, got {type(model).__name__}."
-    model = model.cpu()
-    acc = ingest.accuracy(model, renamed(test))
+    ds = k.module("ray.data").from_arrow(renamed(train)).repartition(3).materialize()
+    model = k.remote_call("train_model", ds, epochs=10, batch_size=64)
+    acc = _accuracy(k, model, test, rename[test.column("label").to_numpy()])
     assert acc >= 0.90, (
         f"Trained on another labelling of the digits, the model reached {acc:.1%} test accuracy "
         "(at least 90% is needed). Train on the dataset passed in, for the given epochs."

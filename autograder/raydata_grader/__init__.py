@@ -8,12 +8,15 @@ Modules, by job:
 
 - course facts of the instructor's checkout: :mod:`.paths`;
 - nbgrader, configured for the course: :mod:`.course_dir` (configuration, release, autograde,
-  gradebook), :mod:`.nbgrader_steps` (the course's preprocessors), :mod:`.hidden` (the
-  hidden-test loader that graded kernels call);
+  gradebook), :mod:`.nbgrader_steps` (the course's preprocessors);
+- trusted grading: :mod:`.judge` (the judge: one check per grade cell, decided outside the
+  kernel), :mod:`.remote` (the kernel as an oracle sees it: calls out, data back),
+  :mod:`.kernel_sandbox` (bubblewrap and cgroups around every graded kernel),
+  :mod:`.integrity` (gradebook and oracles unchanged, before each notebook);
 - testing the tests: :mod:`.answers` (reference answers into a release) and :mod:`.mutants`
   (plausible wrong answers, and which of them may share a graded notebook);
 - grading a class (``make grade``): :mod:`.grade` runs it; :mod:`.intake` finds submissions,
-  :mod:`.sandbox` limits each autograde, :mod:`.worker` is the autograde inside it,
+  :mod:`.sandbox` limits each autograde's worker, :mod:`.worker` is the autograde,
   :mod:`.outcome` turns how it ended into a status, :mod:`.records` keeps the rows,
   :mod:`.feedback` writes the students' pages and :mod:`.summary` the class summary;
 - the other instructor commands: :mod:`.release` (``make release``), :mod:`.course_run`

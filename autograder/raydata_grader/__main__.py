@@ -4,7 +4,8 @@
 ``grade SUBMISSIONS``     grade a class (``make grade SUBMISSIONS=path``): ``--out DIR``,
                           ``--assignment ID`` (repeatable), ``--cell-timeout S``,
                           ``--notebook-timeout S``, ``--memory-gib G``,
-                          ``--max-output-chars N``, ``--ray-address ADDR``, ``--force``
+                          ``--max-output-chars N``, ``--no-sandbox``,
+                          ``--ray-address ADDR`` (with ``--no-sandbox``), ``--force``
 ``release [ID ...]``      regenerate ``exercises/`` from ``solutions/`` (``make release``)
 ``course``                run every chapter, grade every reference solution, run the quick
                           lab (``make course``): ``--out DIR``, ``--skip-chapters``,
@@ -41,8 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--notebook-timeout", type=int, default=1200, help="per-notebook wall-time limit in seconds (default 1200)")
     g.add_argument("--memory-gib", type=float, default=6.0, help="per-notebook memory limit in GiB (default 6)")
     g.add_argument("--max-output-chars", type=int, default=20_000, help="output kept per cell, in characters")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="grade without a sandbox, where none can be had (macOS, no bubblewrap): only for notebooks "
+                        "you trust; every row says so")
     g.add_argument("--ray-address", default=None,
-                   help="connect every kernel to this running Ray cluster instead of a fresh runtime per notebook")
+                   help="with --no-sandbox: connect every kernel to this running Ray cluster instead of a fresh "
+                        "runtime per notebook")
     g.add_argument("--force", action="store_true", help="re-grade submissions that are unchanged since the last run")
     r = sub.add_parser("release", help="regenerate exercises/ from solutions/")
     r.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
@@ -70,7 +75,7 @@ def _grade(args) -> int:
     signal.signal(signal.SIGTERM, stop)
     options = GradeOptions(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
                            memory_bytes=int(args.memory_gib * GiB), max_output_chars=args.max_output_chars,
-                           ray_address=args.ray_address, force=args.force,
+                           sandbox=not args.no_sandbox, ray_address=args.ray_address, force=args.force,
                            assignments=tuple(args.assignments) if args.assignments else None)
     grade_class(args.submissions, args.out, options)
     return 0
@@ -116,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"[{args.command}] error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from raydata_grader.grade import SandboxUnavailable
+        from raydata_grader.integrity import IntegrityError
+
+        if isinstance(exc, (SandboxUnavailable, IntegrityError)):
+            print(f"[{args.command}] error: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

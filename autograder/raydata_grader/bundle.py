@@ -44,7 +44,7 @@ PACKAGE = "src/raydata_course"
 SETUP_FILES = ("pyproject.toml", "requirements.txt", "requirements-lock.txt", "environment.yml", "nbgrader_config.py")
 #: Top-level folders that never go to students.
 FORBIDDEN_DIRS = ("solutions", "autograder", "tests", "build", "submitted", "autograded", "feedback", ".ci")
-MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "hidden_check(")
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "Judged by the grader, outside")
 MIN_SECRET_CHARS = 24
 #: The grader's package; no student file may import it.
 GRADER_PACKAGE = "raydata_grader"
@@ -277,7 +277,8 @@ def public_lines(root: str | Path | None = None) -> set[str]:
 def secret_lines(root: str | Path | None = None, *, include_solutions: bool = True) -> dict[str, set[str]]:
     """Code lines that must never reach a student, by origin.
 
-    - ``hidden``: the hidden-test blocks of every source notebook;
+    - ``hidden``: code in the hidden-test blocks of every source notebook (the blocks hold
+      only a comment now that the judge holds the checks; a block with code is still caught);
     - ``oracles``: the code lines of ``autograder/oracles/*.py`` (not their messages, which
       are written for students);
     - ``solutions`` (when ``include_solutions``): the reference solutions' lines that the

@@ -18,7 +18,7 @@ from typing import Any
 import nbformat
 
 from raydata_course._util import temporary_env
-from raydata_course.layout import HEADLESS_ENV, ORACLES_ENV
+from raydata_course.layout import HEADLESS_ENV
 from raydata_grader.paths import ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook
 
 __all__ = [
@@ -154,6 +154,11 @@ class SubmissionScore:
         cells: ``{grade_id: (score, max_score)}`` for every grade cell.
         success: whether ``nbgrader autograde`` completed.
         log: nbgrader's captured log.
+        verdicts: the judge's verdict per grade cell (:meth:`raydata_grader.judge.Verdict.to_json`).
+        sandbox: how the kernel was confined: ``level`` (``root``, ``user`` or ``none``), the
+            grader's folder for it (``base_dir``, removed afterwards), and in a sandbox its
+            ``cgroup_dirs`` (removed afterwards), ``peak_memory_bytes``, ``oom_kills`` and
+            ``leftovers_killed`` (processes still in its cgroup when it ended, killed).
     """
 
     assignment: str
@@ -163,6 +168,8 @@ class SubmissionScore:
     cells: dict[str, tuple[float, float]] = field(default_factory=dict)
     success: bool = True
     log: str = ""
+    verdicts: dict[str, dict] = field(default_factory=dict)
+    sandbox: dict[str, Any] = field(default_factory=dict)
 
 
 def autograde(
@@ -170,31 +177,89 @@ def autograde(
     assignment: str,
     student: str,
     *,
+    sandbox=None,
+    limits=None,
     env: dict[str, str] | None = None,
+    log=None,
     **overrides: Any,
 ) -> SubmissionScore:
-    """Autograde one planted submission with hidden oracles available, and read its scores.
+    """Autograde one planted submission with a judge, in a sandbox when asked, and read its scores.
+
+    The judge (:mod:`raydata_grader.judge`) runs in this process and holds the oracles of
+    ``autograder/oracles/<assignment>.py``; the kernel reaches it through a Unix socket in a
+    folder of its own under ``/tmp``.
 
     Args:
         course_dir: the course folder holding ``solutions/``, ``submitted/`` and the gradebook.
         assignment: assignment id.
         student: student id (a folder under ``submitted/``).
-        env: extra environment for the grading kernel, e.g. ``{"RAY_ADDRESS": addr}`` to grade
-            on a running cluster instead of starting one per notebook.
+        sandbox: a :class:`~raydata_grader.kernel_sandbox.SandboxSupport` to run the kernel in
+            a sandbox (:func:`raydata_grader.kernel_sandbox.probe`); None runs it as an
+            ordinary local kernel, for notebooks the instructor trusts (reference answers).
+        limits: the sandbox's :class:`~raydata_grader.kernel_sandbox.SandboxLimits`.
+        env: extra environment for an unsandboxed kernel, e.g. ``{"RAY_ADDRESS": addr}`` to
+            grade on a running cluster instead of starting one per notebook.
+        log: called with one line per verdict (default: nowhere).
         **overrides: nbgrader config overrides, see :func:`nbgrader_config`.
 
     Returns:
         A :class:`SubmissionScore`. ``success`` is False when nbgrader could not grade the
         notebook; the score is then 0 and ``log`` says why.
+
+    Raises:
+        ValueError: if ``env`` is given with a sandbox (a sandboxed kernel reaches nothing
+            outside it).
+        FileNotFoundError: if the assignment has no oracle module.
     """
-    config = nbgrader_config(course_dir, **overrides)
-    api = nbgrader_api(config)
-    with temporary_env({ORACLES_ENV: str(oracles_dir()), HEADLESS_ENV: "1", **(env or {})}):
-        result = api.autograde(assignment, student, force=True)
-    log = (result.get("log") or "") + (result.get("error") or "")
+    import contextlib
+    import tempfile
+
+    from raydata_grader.judge import Judge, judging, load_checks
+
+    if sandbox is not None and env:
+        raise ValueError(f"a sandboxed kernel gets no environment from the grader (asked for {sorted(env)}): "
+                         "it starts its own Ray runtime and reaches nothing outside its sandbox")
+    course_dir = Path(course_dir).resolve()
+    folder = oracles_dir()
+    if not (folder / f"{assignment}.py").is_file():
+        raise FileNotFoundError(f"no oracle module {folder / f'{assignment}.py'}: every assignment needs one")
+    base = Path(tempfile.mkdtemp(prefix="rdg-", dir="/tmp"))
+    info: dict[str, Any] = {"level": sandbox.level if sandbox is not None else "none", "base_dir": str(base)}
+    try:
+        judge_dir = base / "judge"
+        judge_dir.mkdir(mode=0o755)
+        # The checks load (and warm up: torch, course tables, the oracle's model) while the kernel starts.
+        judge = Judge(lambda: load_checks(assignment, folder, warm=True), judge_dir / "judge.sock", log=log)
+        extra: dict[str, Any] = {}
+        with contextlib.ExitStack() as stack:
+            if sandbox is not None:
+                from raydata_grader.kernel_sandbox import SANDBOX_UID, KernelJail, SandboxLimits
+
+                jail = stack.enter_context(KernelJail(
+                    sandbox, limits or SandboxLimits(), base / "kernel",
+                    readonly=[str(release_notebook(assignment, course_dir).parent)], judge_dir=str(judge_dir)))
+                extra = {"TrackedExecute.sandboxed": True,
+                         "SandboxedKernelManager.jail_prefix": jail.wrap([]),
+                         "SandboxedKernelManager.ipc_dir": str(jail.ipc_dir),
+                         "SandboxedKernelManager.sandbox_uid": SANDBOX_UID if sandbox.level == "root" else -1}
+                info["cgroup_dirs"] = [str(d) for d in jail.cgroup_dirs]
+                stack.callback(lambda: info.update(peak_memory_bytes=jail.peak_memory_bytes, oom_kills=jail.oom_kills,
+                                                   cgroups=sandbox.cgroups))
+                stack.callback(lambda: info.update(leftovers_killed=jail.stop()))
+            stack.enter_context(judging(judge))
+            config = nbgrader_config(course_dir, **{**extra, **overrides})
+            api = nbgrader_api(config)
+            with temporary_env({HEADLESS_ENV: "1", **(env or {})}):
+                result = api.autograde(assignment, student, force=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    verdicts = {gid: v.to_json() for gid, v in judge.verdicts.items()}
+    log_text = (result.get("log") or "") + (result.get("error") or "")
     if not result["success"]:
-        return SubmissionScore(assignment, student, 0.0, 0.0, {}, False, log)
-    return submission_score(course_dir, assignment, student, log=log)
+        return SubmissionScore(assignment, student, 0.0, 0.0, {}, False, log_text, verdicts, info)
+    score = submission_score(course_dir, assignment, student, log=log_text)
+    score.verdicts, score.sandbox = verdicts, info
+    return score
 
 
 def submission_score(course_dir: str | os.PathLike, assignment: str, student: str, log: str = "") -> SubmissionScore:

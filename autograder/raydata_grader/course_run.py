@@ -5,7 +5,7 @@
 - ``chapters/<name>.ipynb``: each chapter, executed top to bottom in a fresh kernel on the
   embedded local Ray cluster;
 - ``grading/``: a scratch nbgrader course in which each assignment's release, filled with the
-  reference answers, was autograded (with the hidden oracles);
+  reference answers, was autograded (every grade cell judged by the oracles, outside the kernel);
 - ``lab/``: the training-ingest lab in its quick mode (``python -m raydata_course.lab --quick``):
   its table, ``results.json`` and figures;
 - ``summary.md`` and ``summary.json``: per notebook, status and seconds; per exercise, score
@@ -51,21 +51,32 @@ def run_chapters(out_dir: Path, cell_timeout_s: int = 900) -> list[dict]:
 
 
 def grade_references(course_dir: Path) -> list[dict]:
-    """Autograde each assignment's reference submission in a scratch course folder."""
+    """Autograde each assignment's reference submission in a scratch course folder.
+
+    The kernels run in the grader's sandbox where the machine has one (the path every
+    student's notebook takes), else as ordinary local kernels: the reference answers are the
+    instructor's own code. The judge decides every grade cell either way.
+    """
+    from raydata_grader.kernel_sandbox import probe
+
     if course_dir.exists():
         shutil.rmtree(course_dir)
     prepare_course_dir(course_dir)
+    support = probe()
+    sandbox = support if support.available else None
+    print(f"[course] grading in a sandbox: {support.describe()}" if sandbox else
+          f"[course] grading the reference answers without a sandbox ({support.why})", flush=True)
     records = []
     for assignment in ASSIGNMENTS:
         print(f"[course] grading the reference solution of {assignment} ...", flush=True)
         plant_submission(course_dir, assignment, "reference",
                          reference_submission(assignment, release_notebook(assignment, course_dir)))
         t0 = time.perf_counter()
-        score = autograde(course_dir, assignment, "reference")
+        score = autograde(course_dir, assignment, "reference", sandbox=sandbox)
         seconds = time.perf_counter() - t0
         print(f"[course]   {score.score:g}/{score.max_score:g} in {seconds:.1f} s", flush=True)
         records.append({"assignment": assignment, "score": score.score, "max_score": score.max_score,
-                        "seconds": round(seconds, 1), "success": score.success,
+                        "seconds": round(seconds, 1), "success": score.success, "sandbox": score.sandbox.get("level"),
                         "cells": {k: list(v) for k, v in score.cells.items()}})
     return records
 
@@ -97,12 +108,12 @@ def _summary_markdown(chapters: list[dict], exercises: list[dict], wall_s: float
     notebooks = [[c["notebook"], c["status"] + (": " + c["error"] if c["error"] else ""), f"{c['seconds']:.1f}"]
                  for c in chapters]
     scores = [[e["assignment"], f"{e['score']:g} / {e['max_score']:g}" + ("" if e["success"] else " (autograde failed)"),
-               f"{e['seconds']:.1f}"] for e in exercises]
+               e.get("sandbox") or "none", f"{e['seconds']:.1f}"] for e in exercises]
     lines = ["# Streaming Ray Data: course run", "",
              f"raydata_course {__version__}, Ray {ray.__version__}; wall time {wall_s:.0f} s.", "",
              "## Notebooks", "", markdown_table(["notebook", "status", "seconds"], notebooks, align="llr"),
-             "", "## Reference solutions (autograded with hidden tests)", "",
-             markdown_table(["exercise", "score", "seconds"], scores, align="lrr")]
+             "", "## Reference solutions (every grade cell judged outside the kernel)", "",
+             markdown_table(["exercise", "score", "sandbox", "seconds"], scores, align="lrlr")]
     if lab is not None:
         lines += ["", f"## Training-ingest lab, quick mode: {lab['status']} in {lab['seconds']:.1f} s", "", lab["table"]]
     return "\n".join(lines) + "\n"

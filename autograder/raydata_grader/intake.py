@@ -1,176 +1,331 @@
 """Finding a class's submissions: folders and zips, the latest of several, never the originals.
 
-:func:`collect_submissions` takes a folder laid out as ``<student>/<assignment>/<notebook>.ipynb``
-(an optional nbgrader ``timestamp.txt`` next to the notebook) or holding one zip per student
-(``<student>.zip`` with ``<assignment>/...`` inside, or any zip whose single top-level folder
-is the student id), and returns every candidate notebook by student and assignment, read
-into memory; the originals are only read. :func:`choose` picks the one to grade when a
-student submitted twice: the latest ``timestamp.txt`` (else the zip entry's date).
+Everything in a submissions folder is hostile input: a student chooses every name, date, size
+and byte in it. :func:`collect_submissions` reads it under these rules, and turns whatever it
+cannot use into a reason (the submission is graded ``invalid``), never into an exception that
+stops the run:
+
+* **Layout.** A folder laid out as ``<student>/<assignment>/<notebook>.ipynb`` (an optional
+  nbgrader ``timestamp.txt`` next to the notebook, or a flat ``<student>/<assignment>.ipynb``),
+  and/or one zip per student. Every candidate notebook is read into memory; the originals are
+  only read.
+* **A zip's identity is its file name.** ``<student>.zip`` is student ``<student>`` (the stem
+  must be a :data:`STUDENT_ID`). Inside it, either ``<assignment>/...`` (or
+  ``<assignment>.ipynb``) at the top, or one top folder named like the zip's stem, which is
+  stripped. A single top folder that names anyone else (``alice.zip`` holding
+  ``bob/data01/data01.ipynb``) makes the zip invalid for ``alice``; it never becomes bob's.
+  Members with an absolute path or a ``..`` are skipped with a note.
+* **Symbolic links are rejected, never followed**: a linked student folder, assignment folder,
+  notebook, ``timestamp.txt`` or zip, and zip members that are links (Unix mode ``S_IFLNK`` in
+  ``external_attr >> 16``). Decisions use ``lstat`` (``O_NOFOLLOW`` when opening), never a
+  check that follows links.
+* **Sizes are checked before anything is read or unpacked**: a notebook over
+  :data:`MAX_NOTEBOOK_BYTES` is refused from its ``stat``; a zip over :data:`MAX_ZIP_BYTES` is
+  refused unopened; a zip is refused when its central directory says it has more than
+  :data:`MAX_ZIP_MEMBERS` members, a notebook member over :data:`MAX_NOTEBOOK_BYTES`, more
+  than :data:`MAX_ZIP_UNPACKED_BYTES` in all, or a member over :data:`ZIP_RATIO_CHECK_BYTES`
+  that compresses more than :data:`MAX_ZIP_RATIO` to 1 (a zip bomb). Reading never takes more
+  than the limit + 1 bytes, whatever a header says.
+* **Dates inside archives are ignored**: a zip entry's date and a ``timestamp.txt`` inside a
+  zip are neither used to choose nor passed on to nbgrader. A folder's ``timestamp.txt`` (not
+  in an archive) is. :func:`choose` picks the one to grade when a student submitted several:
+  the latest by a folder's ``timestamp.txt``, else the file's modification time on disk (the
+  notebook's, or the zip's for a zip member); then the exact name ``<assignment>.ipynb``; then
+  the last found.
+
+Examples:
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "amy" / "data01").mkdir(parents=True)
+    >>> _ = (root / "amy" / "data01" / "data01.ipynb").write_text("{}")
+    >>> (root / "bob").symlink_to(root / "amy")
+    >>> found, students, empty, notes = collect_submissions(root, ("data01",))
+    >>> sorted(found), sorted(students)
+    ([('amy', 'data01')], ['amy', 'bob'])
+    >>> empty[("bob", "*")].startswith("the folder 'bob' is a symbolic link")
+    True
 """
 
 from __future__ import annotations
 
 import os
 import re
-import zipfile
-from dataclasses import dataclass
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["STUDENT_ID", "Candidate", "collect_submissions", "choose"]
+from raydata_grader.submission_files import (  # noqa: F401  (the limits are part of this module's interface)
+    MAX_NOTEBOOK_BYTES,
+    MAX_ZIP_BYTES,
+    MAX_ZIP_MEMBERS,
+    MAX_ZIP_RATIO,
+    MAX_ZIP_UNPACKED_BYTES,
+    Candidate,
+    Unusable,
+    MAX_FOLDER_DEPTH,
+    MAX_FOLDER_ENTRIES,
+    MAX_NOTEBOOKS_PER_ASSIGNMENT,
+    MAX_TIMESTAMP_BYTES,
+    _AGAIN,
+    _Refused,
+    _entries,
+    _mtime,
+    _parse_timestamp,
+    _read_file,
+    _readable_name,
+    _say,
+    _scan_zip,
+    _skip,
+    _why,
+)
+
+__all__ = [
+    "STUDENT_ID",
+    "MAX_NOTEBOOK_BYTES",
+    "MAX_ZIP_BYTES",
+    "MAX_ZIP_UNPACKED_BYTES",
+    "MAX_ZIP_MEMBERS",
+    "MAX_ZIP_RATIO",
+    "Candidate",
+    "Unusable",
+    "collect_submissions",
+    "choose",
+]
 
 #: What a student id may look like (it names folders and files of the grading run).
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
 
 
-@dataclass
-class Candidate:
-    """One notebook found for a student and assignment.
-
-    Attributes:
-        student: student id.
-        assignment: assignment id.
-        origin: where it came from (a path, or ``zip-path!member``), for messages.
-        data: the file's bytes.
-        timestamp: the submission time (nbgrader's ``timestamp.txt``, a zip entry's date),
-            timezone-aware UTC, or None when unknown.
-        timestamp_text: ``timestamp.txt``'s text, passed to nbgrader unchanged.
-    """
-
-    student: str
-    assignment: str
-    origin: str
-    data: bytes
-    timestamp: datetime | None = None
-    timestamp_text: str | None = None
-
-
-def _parse_timestamp(text: str) -> datetime | None:
-    from nbgrader.utils import parse_utc
-
-    try:
-        stamp = parse_utc(text.strip())
-    except Exception:
-        return None
-    return stamp.replace(tzinfo=timezone.utc) if stamp.tzinfo is None else stamp
-
-
-def _zip_time(info: zipfile.ZipInfo) -> datetime:
-    return datetime(*info.date_time, tzinfo=timezone.utc)
-
-
-def _skip(part: str) -> bool:
-    return part.startswith(".") or part in ("__MACOSX", "__pycache__")
-
-
 def collect_submissions(folder: str | os.PathLike, known: tuple[str, ...]) -> tuple[
-        dict[tuple[str, str], list[Candidate]], set[str], dict[tuple[str, str], str], list[str]]:
-    """Find every submitted notebook under ``folder``.
+        dict[tuple[str, str], list[Candidate]], set[str], Unusable, list[str]]:
+    """Find every submitted notebook under ``folder``, under the rules of this module.
+
+    Nothing in ``folder`` makes this raise: an entry that can't be used (a symlink, a corrupt,
+    oversized or unreadable file, a zip naming another student, ...) becomes a reason in
+    ``empty`` when its student id is known, else a note; the scan goes on.
 
     Args:
-        folder: a folder of ``<student>/`` folders and/or ``*.zip`` files.
+        folder: a folder of ``<student>/`` folders and/or ``<student>.zip`` files.
         known: the course's assignment ids.
 
     Returns:
         ``(candidates, students, empty, notes)``: the notebooks per ``(student, assignment)``;
-        every student id seen; ``(student, assignment)`` folders that held no notebook, with
-        what they held; and notes about entries that were skipped.
+        every student id seen; an :class:`Unusable` dict of ``(student, assignment)`` (or
+        ``(student, "*")`` when the assignment is unknown, e.g. a corrupt zip) → what was wrong:
+        folders that held no notebook (with what they held), and refused submissions (keys in
+        ``empty.invalid``); and notes for the instructor about entries skipped or refused.
 
     Raises:
         FileNotFoundError: if ``folder`` is not a folder.
     """
     root = Path(folder)
-    if not root.is_dir():
+    if not root.is_dir():  # the instructor's own argument: following a link here is fine
         raise FileNotFoundError(f"{root} is not a folder of submissions (expected <student>/<assignment>/*.ipynb or <student>.zip files)")
     found: dict[tuple[str, str], list[Candidate]] = {}
     students: set[str] = set()
-    empty: dict[tuple[str, str], str] = {}
+    empty = Unusable()
     notes: list[str] = []
 
-    def add(student: str, assignment: str, origin: str, data: bytes, stamp_text: str | None, fallback: datetime | None):
-        stamp = _parse_timestamp(stamp_text) if stamp_text else None
-        found.setdefault((student, assignment), []).append(
-            Candidate(student, assignment, origin, data, stamp or fallback, stamp_text.strip() if stamp_text and stamp else None))
+    def refuse(student: str, assignment: str, reason: str) -> None:
+        key = (student, assignment)
+        students.add(student)
+        if key in empty.invalid:
+            if reason not in empty[key]:
+                empty[key] += "; " + reason
+        else:
+            empty[key] = reason
+            empty.invalid.add(key)
+        notes.append(f"{student}: refused: {reason}")
 
-    for entry in sorted(root.iterdir()):
-        if _skip(entry.name):
+    def add(cand: Candidate) -> None:
+        found.setdefault((cand.student, cand.assignment), []).append(cand)
+
+    try:
+        entries = _entries(root)
+    except OSError as exc:
+        return found, students, empty, [f"could not list {root} ({_why(exc)}): nothing was collected"]
+    for entry in entries:
+        name = entry.name
+        if _skip(name):
             continue
-        if entry.is_dir():
-            student = entry.name
-            if not STUDENT_ID.match(student):
-                notes.append(f"skipped folder {entry.name!r}: not a valid student id")
-                continue
-            students.add(student)
-            for sub in sorted(entry.iterdir()):
-                if _skip(sub.name):
-                    continue
-                if sub.is_file() and sub.suffix == ".ipynb" and sub.stem in known:  # <student>/<id>.ipynb
-                    add(student, sub.stem, str(sub), sub.read_bytes(), None, None)
-                elif sub.is_dir() and sub.name in known:
-                    stamp_file = sub / "timestamp.txt"
-                    stamp_text = stamp_file.read_text() if stamp_file.is_file() else None
-                    notebooks = sorted(p for p in sub.rglob("*.ipynb") if not any(_skip(x) for x in p.relative_to(sub).parts))
-                    for nb_path in notebooks:
-                        add(student, sub.name, str(nb_path), nb_path.read_bytes(), stamp_text, None)
-                    if not notebooks:
-                        held = sorted(p.name for p in sub.iterdir())
-                        empty[(student, sub.name)] = (f"the {sub.name} folder holds no .ipynb file"
-                                                      + (f" (only {', '.join(held)})" if held else " (it is empty)"))
-                elif sub.is_dir():
-                    notes.append(f"{student}: skipped folder {sub.name!r} (not a course assignment)")
-        elif entry.suffix.lower() == ".zip":
-            try:
-                archive = zipfile.ZipFile(entry)
-            except zipfile.BadZipFile:
-                student = entry.stem
-                if STUDENT_ID.match(student):
-                    students.add(student)
-                    empty[(student, "*")] = f"{entry.name} is not a readable zip file"
+        is_zip = name.lower().endswith(".zip")
+        student = name[:-4] if is_zip else name
+        known_id = _readable_name(student) and bool(STUDENT_ID.match(student))
+        try:
+            st = os.lstat(entry.path)
+            if stat.S_ISLNK(st.st_mode):
+                what = "zip file" if is_zip else "folder"
+                if known_id:
+                    refuse(student, "*", f"the {what} {_say(name)} is a symbolic link, which the grader does not "
+                                         f"follow: submit the {what} itself, not a link to it")
                 else:
-                    notes.append(f"skipped {entry.name}: not a zip file")
-                continue
-            with archive:
-                members = [m for m in archive.infolist() if not m.is_dir()
-                           and not any(_skip(x) for x in Path(m.filename).parts)]
-                tops = {Path(m.filename).parts[0] for m in members if len(Path(m.filename).parts) > 1}
-                student, strip = entry.stem, 0
-                if len(tops) == 1 and not any(len(Path(m.filename).parts) == 1 for m in members):
-                    top = next(iter(tops))
-                    if top not in known:
-                        student, strip = top, 1
-                if not STUDENT_ID.match(student):
-                    notes.append(f"skipped {entry.name}: {student!r} is not a valid student id")
+                    notes.append(f"skipped {_say(name)}: a symbolic link (never followed)")
+            elif stat.S_ISDIR(st.st_mode) and not is_zip:
+                if not known_id:
+                    notes.append(f"skipped folder {_say(name)}: not a valid student id")
                     continue
                 students.add(student)
-                by_assignment: dict[str, list[zipfile.ZipInfo]] = {}
-                stamps: dict[str, str] = {}
-                for m in members:
-                    parts = Path(m.filename).parts[strip:]
-                    if len(parts) == 1 and parts[0].endswith(".ipynb") and Path(parts[0]).stem in known:
-                        by_assignment.setdefault(Path(parts[0]).stem, []).append(m)
-                    elif len(parts) >= 2 and parts[0] in known:
-                        if parts[-1] == "timestamp.txt" and len(parts) == 2:
-                            stamps[parts[0]] = archive.read(m).decode("utf-8", "replace")
-                        elif parts[-1].endswith(".ipynb"):
-                            by_assignment.setdefault(parts[0], []).append(m)
-                for assignment, infos in sorted(by_assignment.items()):
-                    for m in infos:
-                        add(student, assignment, f"{entry}!{m.filename}", archive.read(m), stamps.get(assignment), _zip_time(m))
-                for assignment in known:
-                    if assignment not in by_assignment and any(Path(m.filename).parts[strip:strip + 1] == (assignment,) for m in members):
-                        empty[(student, assignment)] = f"the {assignment} folder in {entry.name} holds no .ipynb file"
-        else:
-            notes.append(f"skipped {entry.name}: neither a student folder nor a .zip")
+                _scan_student(Path(entry.path), student, known, add, refuse, empty, notes)
+            elif is_zip:
+                if not known_id:
+                    notes.append(f"skipped {_say(name)}: {_say(student)} is not a valid student id "
+                                 "(a zip must be named <student>.zip)")
+                    continue
+                students.add(student)
+                _scan_zip(Path(entry.path), student, known, add, refuse, empty, notes)
+            else:
+                notes.append(f"skipped {_say(name)}: neither a student folder nor a .zip")
+        except _Refused as exc:
+            if known_id:
+                refuse(student, "*", exc.args[0])
+            else:
+                notes.append(f"skipped {_say(name)}: {exc.args[0]}")
+        except Exception as exc:  # anything else about this one entry: refuse it, go on
+            reason = f"{_say(name)} could not be read ({_why(exc)}): {_AGAIN}"
+            if known_id:
+                refuse(student, "*", reason)
+            else:
+                notes.append(f"skipped {reason}")
     return found, students, empty, notes
 
 
+def _scan_student(folder: Path, student: str, known, add, refuse, empty: Unusable, notes: list[str]) -> None:
+    try:
+        subs = _entries(folder)
+    except OSError as exc:
+        raise _Refused(f"the folder {_say(student)} could not be listed ({_why(exc)}): {_AGAIN}") from None
+    for sub in subs:
+        if _skip(sub.name):
+            continue
+        shown = f"{student}/{sub.name}"
+        assignment = None
+        try:
+            st = os.lstat(sub.path)
+            if sub.name.endswith(".ipynb") and sub.name[:-6] in known:  # <student>/<id>.ipynb
+                assignment = sub.name[:-6]
+                data, st = _read_file(Path(sub.path), _say(shown), "notebook", MAX_NOTEBOOK_BYTES)
+                add(Candidate(student, assignment, sub.path, data, _mtime(st), None, "file date"))
+            elif sub.name in known:
+                assignment = sub.name
+                if stat.S_ISLNK(st.st_mode):
+                    raise _Refused(f"the {assignment} folder ({_say(shown)}) is a symbolic link, which the grader "
+                                   f"does not follow: submit the folder itself, not a link to it")
+                if stat.S_ISDIR(st.st_mode):
+                    _scan_assignment(Path(sub.path), student, assignment, add, empty, notes)
+            elif stat.S_ISLNK(st.st_mode):
+                notes.append(f"{student}: skipped {_say(sub.name)} (a symbolic link, never followed)")
+            elif stat.S_ISDIR(st.st_mode):
+                notes.append(f"{student}: skipped folder {_say(sub.name)} (not a course assignment)")
+        except _Refused as exc:
+            refuse(student, assignment or "*", exc.args[0])
+        except Exception as exc:
+            refuse(student, assignment or "*", f"{_say(shown)} could not be read ({_why(exc)}): {_AGAIN}")
+
+
+def _scan_assignment(folder: Path, student: str, assignment: str, add, empty: Unusable, notes: list[str]) -> None:
+    """Every notebook under ``<student>/<assignment>/``, with the folder's ``timestamp.txt``."""
+    base = f"{student}/{assignment}"
+    stamp_text, stamp = None, None
+    stamp_path = folder / "timestamp.txt"
+    try:
+        os.lstat(stamp_path)
+    except FileNotFoundError:
+        pass
+    else:
+        try:
+            raw, _ = _read_file(stamp_path, _say(f"{base}/timestamp.txt"), "timestamp.txt", MAX_TIMESTAMP_BYTES)
+        except _Refused as exc:
+            if not exc.too_big:
+                raise
+            notes.append(f"{student}: ignored {base}/timestamp.txt (over {MAX_TIMESTAMP_BYTES} bytes)")
+        else:
+            text = raw.decode("utf-8", "replace").strip()
+            stamp = _parse_timestamp(text)
+            if stamp is None:
+                notes.append(f"{student}: ignored {base}/timestamp.txt (not a date: {_say(text, 60)})")
+            elif len(text) <= 100 and text.isprintable():
+                stamp_text = text
+
+    notebooks: list[tuple[str, str]] = []  # (path, shown)
+    bad_names: list[str] = []
+    held: list[str] = []
+    walked = 0
+    stack = [(folder, base, 0)]
+    while stack:
+        here, shown_here, depth = stack.pop()
+        try:
+            subs = _entries(here)
+        except OSError as exc:
+            raise _Refused(f"the folder {_say(shown_here)} could not be listed ({_why(exc)}): {_AGAIN}") from None
+        for sub in subs:
+            walked += 1
+            if walked > MAX_FOLDER_ENTRIES:
+                raise _Refused(f"the {assignment} folder holds more than {MAX_FOLDER_ENTRIES:,} files and folders: "
+                               f"submit only your notebook ({assignment}/{assignment}.ipynb)")
+            if depth == 0:
+                held.append(sub.name)
+            if _skip(sub.name):
+                continue
+            shown = f"{shown_here}/{sub.name}"
+            if sub.is_symlink():
+                if sub.name.endswith(".ipynb") or sub.name == "timestamp.txt":
+                    raise _Refused(f"{_say(shown)} is a symbolic link, which the grader does not follow: put the "
+                                   f"file itself there (a copy, not a link) and {_AGAIN}")
+                notes.append(f"{student}: skipped {_say(shown)} (a symbolic link, never followed)")
+            elif sub.is_dir(follow_symlinks=False):
+                if depth + 1 >= MAX_FOLDER_DEPTH:
+                    raise _Refused(f"the {assignment} folder nests folders more than {MAX_FOLDER_DEPTH} deep: "
+                                   f"submit only your notebook ({assignment}/{assignment}.ipynb)")
+                stack.append((Path(sub.path), shown, depth + 1))
+            elif sub.name.endswith(".ipynb"):
+                if not _readable_name(sub.name):
+                    bad_names.append(shown)
+                else:
+                    notebooks.append((sub.path, shown))
+    if bad_names:
+        raise _Refused(f"{_say(bad_names[0])} has a file name that is not valid text (undecodable bytes or control "
+                       f"characters): rename it {assignment}.ipynb and {_AGAIN}")
+    if len(notebooks) > MAX_NOTEBOOKS_PER_ASSIGNMENT:
+        raise _Refused(f"the {assignment} folder holds {len(notebooks)} notebooks, more than the "
+                       f"{MAX_NOTEBOOKS_PER_ASSIGNMENT} the grader looks at: submit only {assignment}.ipynb")
+    readable = []
+    for path, shown in sorted(notebooks):
+        data, st = _read_file(Path(path), _say(shown), "notebook", MAX_NOTEBOOK_BYTES)
+        readable.append(Candidate(student, assignment, path, data, stamp or _mtime(st), stamp_text,
+                                  "timestamp.txt" if stamp else "file date"))
+    for cand in readable:  # all or nothing: a refused notebook refuses the folder
+        add(cand)
+    if not readable:
+        listed = ", ".join(_say(n, 40) if not _readable_name(n) else n for n in sorted(held)[:10])
+        more = f" and {len(held) - 10} more" if len(held) > 10 else ""
+        empty.setdefault((student, assignment), f"the {assignment} folder holds no .ipynb file"
+                         + (f" (only {listed}{more})" if held else " (it is empty)"))
+
+
 def choose(cands: list[Candidate]) -> tuple[Candidate, str]:
-    """The submission to grade: the latest timestamp, then the exact file name, then the last found."""
+    """The submission to grade among one student's candidates for one assignment.
+
+    Ranked by: the latest ``timestamp`` (a folder's ``timestamp.txt``, else the file's
+    modification time on disk), then the exact file name ``<assignment>.ipynb``, then the last
+    found.
+
+    Args:
+        cands: at least one :class:`Candidate`, as :func:`collect_submissions` found them.
+
+    Returns:
+        ``(chosen, note)``: the candidate, and a note for the student naming what was graded
+        and what was ignored (empty when there was only one).
+
+    Raises:
+        IndexError: if ``cands`` is empty.
+    """
     def key(item):
         i, c = item
         exact = Path(c.origin.split("!")[-1]).name == f"{c.assignment}.ipynb"
         return (c.timestamp or datetime.min.replace(tzinfo=timezone.utc), exact, i)
 
+    if not cands:
+        raise IndexError("choose() needs at least one candidate")
     ranked = sorted(enumerate(cands), key=key)
     chosen = ranked[-1][1]
     if len(cands) == 1:
@@ -178,7 +333,10 @@ def choose(cands: list[Candidate]) -> tuple[Candidate, str]:
     others = [c for _, c in ranked[:-1]]
 
     def when(c):
-        return c.timestamp.strftime("%Y-%m-%d %H:%M UTC") if c.timestamp else "no timestamp"
+        if not c.timestamp:
+            return "no date"
+        text = c.timestamp.strftime("%Y-%m-%d %H:%M UTC")
+        return f"{text}, {c.timestamp_from}" if c.timestamp_from else text
     note = (f"{len(cands)} submissions found: graded the latest, {_short(chosen.origin)} ({when(chosen)}), "
             "ignored " + ", ".join(f"{_short(c.origin)} ({when(c)})" for c in others))
     return chosen, note

@@ -2,23 +2,24 @@
 
 In autograde:
 
-- :class:`RejectGraderAccess`, before ``Execute``: an answer cell that reaches for the
-  hidden-test machinery is not run;
-- :class:`TrackedExecute` is nbgrader's ``Execute`` that records which cell it is running, so
-  that when a kernel dies (``os._exit``, a segfault, the memory watchdog) the grader can say
-  which cell killed it;
-- :class:`StderrToStdout`, after ``Execute``: a grade cell fails only when it raises, not
-  when Ray logs to stderr;
-- :class:`LimitOutputSize` caps each cell's output in characters. nbgrader's ``LimitOutput``
-  counts *lines*, so ``print("x" * 50_000_000)`` keeps all 50 MB and the feedback page with it.
+- :class:`TrackedExecute` is nbgrader's ``Execute``, with four jobs more. It starts the kernel
+  in its sandbox (:class:`raydata_grader.kernel_sandbox.SandboxedKernelManager`) when the
+  grader asks for one; it records which cell it is running, so that when a kernel dies
+  (``os._exit``, a segfault, the memory limit) the grader can say which cell killed it; it
+  caps output while it collects it, per cell and per notebook, so that a kernel cannot fill
+  the grader's memory; and after each grade cell it has the kernel serve that cell's check to
+  the judge (:mod:`raydata_grader.judge`), and shows the verdict under the cell;
+- :class:`StderrToStdout`, after ``Execute``: Ray's log lines on stderr are not failures;
+- :class:`LimitOutputSize` caps each cell's output in characters, and the notebook's.
+  nbgrader's ``LimitOutput`` counts *lines*, so ``print("x" * 50_000_000)`` keeps all 50 MB;
+- :class:`JudgedGrades` is nbgrader's ``SaveAutoGrades`` with the score of every grade cell
+  taken from the judge's verdict, never from what the kernel printed or raised: a cell
+  scores its points when the judge passed it and the cell itself raised no error.
 
 In feedback:
 
 - :class:`HideHiddenTests` removes the hidden-test blocks with nbgrader's own
-  ``ClearHiddenTests``. nbgrader puts the instructor's cells back into the autograded
-  notebook, hidden tests included, and ``generate_feedback`` renders them (nbgrader #917,
-  #1363). This keeps the result of each hidden test (its ``AssertionError`` message, which the
-  oracle writes for the student) and drops its code, traceback and printed output;
+  ``ClearHiddenTests``, and of a hidden test's outputs keeps only the judge's verdict;
 - :class:`GraderNotes` puts the grader's notes for a submission (status, repairs) at the top
   of its feedback page.
 """
@@ -27,57 +28,27 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor
-from nbgrader.utils import is_solution
+from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, SaveAutoGrades
+from nbgrader.utils import is_grade
 from traitlets import Bool, Integer, Unicode
 
 from raydata_course.layout import PROGRESS_ENV
 
-__all__ = ["GRADER_ACCESS_PATTERN", "RejectGraderAccess", "TrackedExecute", "StderrToStdout", "LimitOutputSize",
-           "HideHiddenTests", "GraderNotes"]
+__all__ = ["TrackedExecute", "StderrToStdout", "LimitOutputSize", "JudgedGrades", "HideHiddenTests", "GraderNotes",
+           "HIDDEN_PASSED"]
 
-#: What an answer cell may not mention: the hidden-test machinery and where it lives.
-GRADER_ACCESS_PATTERN = (r"hidden_check|raydata_grader|RAYDATA_COURSE_ORACLES|ORACLES_ENV|autograder[/.\\]oracles"
-                         r"|_raydata_course_oracle")
 #: What a hidden test's source becomes in feedback.
-HIDDEN_PLACEHOLDER = "# Hidden test: it runs only in the grader, on inputs you have not seen. Its result is below."
-
-
-class RejectGraderAccess(NbGraderPreprocessor):
-    """nbgrader preprocessor: an answer cell that reaches for the grader is not run.
-
-    Hidden tests run in the student's kernel, so an answer cell could replace
-    ``hidden_check`` or read the oracle files. The hidden cells reload the loader before they
-    call it, and this preprocessor, run before ``Execute``, replaces any answer cell that
-    mentions the machinery (see :data:`GRADER_ACCESS_PATTERN`) with a ``raise`` that says
-    why. The original source is kept in the cell's metadata
-    (``raydata_course.rejected_source``), so nothing is lost.
-
-    Examples:
-        >>> cell = nbformat.v4.new_code_cell("import raydata_grader.hidden as h; h.hidden_check = print",
-        ...                                  metadata={"nbgrader": {"solution": True}})
-        >>> RejectGraderAccess().preprocess_cell(cell, {}, 0)[0].source.startswith("raise RuntimeError")
-        True
-        >>> cell.metadata["raydata_course"]["rejected_source"][:6]
-        'import'
-    """
-
-    def preprocess_cell(self, cell, resources, cell_index):
-        if cell.get("cell_type") == "code" and is_solution(cell):
-            match = re.search(GRADER_ACCESS_PATTERN, cell.get("source", ""))
-            if match:
-                cell.metadata.setdefault("raydata_course", {})["rejected_source"] = cell.source
-                cell.source = (
-                    "raise RuntimeError(\"The grader did not run this answer cell: it refers to "
-                    f"{match.group(0)!r}, part of the hidden-test machinery. Answer cells may not touch the "
-                    "grader; remove that line and submit again.\")"
-                )
-        return cell, resources
+HIDDEN_PLACEHOLDER = "# Hidden test: the grader ran it outside your kernel, on inputs you have not seen. Its result is below."
+#: The line under a hidden test the judge passed.
+HIDDEN_PASSED = "Hidden test passed.\n"
+#: The grader's line that has the kernel serve one cell's check to the judge.
+JUDGE_LINE = ("import raydata_course.judging.kernel as _raydata_judge; "
+              "_raydata_judge.serve({socket!r}, {nonce!r}); del _raydata_judge")
 
 
 class StderrToStdout(NbGraderPreprocessor):
@@ -103,23 +74,152 @@ class StderrToStdout(NbGraderPreprocessor):
         return cell, resources
 
 
-class TrackedExecute(Execute):
-    """nbgrader's ``Execute``, writing ``{"index", "grade_id", "started_s"}`` before each cell.
+def _output_chars(content: dict) -> int:
+    """Characters an output's message content will take in the notebook."""
+    if "text" in content:
+        return len(content.get("text") or "")
+    size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in (content.get("data") or {}).values())
+    size += sum(len(line) for line in content.get("traceback") or []) + len(str(content.get("evalue", "")))
+    return size
 
-    The file is ``$RAYDATA_COURSE_PROGRESS`` (:data:`raydata_course.layout.PROGRESS_ENV`) (nothing is written when it is unset). It is
-    rewritten atomically, so a reader never sees half a record.
+
+def _is_hidden(cell) -> bool:
+    return "BEGIN HIDDEN TESTS" in cell.get("source", "")
+
+
+class TrackedExecute(Execute):
+    """nbgrader's ``Execute``, sandboxed, tracked, capped and judged (see the module docstring).
+
+    The instructor's own set-up and tear-down cells get :attr:`instructor_cell_timeout` (they
+    start Ray, which on a busy machine can take longer than a student's cell may). Before each
+    cell it writes ``{"index", "grade_id", "started_s", "judging"}`` to
+    ``$RAYDATA_COURSE_PROGRESS`` (:data:`raydata_course.layout.PROGRESS_ENV`), atomically.
+    After a grade cell, when a judge is active (:func:`raydata_grader.judge.active_judge`),
+    it runs :data:`JUDGE_LINE` in the kernel (with the same per-cell limit) and appends the
+    verdict to the cell's outputs: the judge's message as an ``AssertionError`` when it
+    failed, :data:`HIDDEN_PASSED` under a hidden test it passed. What the kernel printed
+    while it served the judge is dropped (it may show the hidden inputs' plans).
     """
 
-    def preprocess_cell(self, cell, resources, index):
+    sandboxed = Bool(False, help="start the kernel with SandboxedKernelManager").tag(config=True)
+    instructor_cell_timeout = Integer(
+        600, help="per-cell limit, in seconds, for the instructor's read-only code cells that earn no points (set-up: "
+                  "a fresh Ray runtime can take minutes to start on a busy machine); the larger of this and "
+                  "Execute.timeout applies").tag(config=True)
+    collect_cell_chars = Integer(1_000_000, help="output collected per cell, in characters").tag(config=True)
+    collect_notebook_chars = Integer(8_000_000, help="output collected per notebook, in characters").tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.sandboxed:
+            from raydata_grader.kernel_sandbox import SandboxedKernelManager
+
+            self.kernel_manager_class = SandboxedKernelManager
+        self._collected: dict[int, int] = defaultdict(int)
+        self._dropped: dict[int, int] = defaultdict(int)
+        self._collected_total = 0
+
+    def _get_timeout(self, cell):
+        timeout = super()._get_timeout(cell)
+        meta = (cell or {}).get("metadata", {}).get("nbgrader", {})
+        if timeout and meta.get("locked") and not meta.get("grade") and not meta.get("solution"):
+            return max(timeout, self.instructor_cell_timeout)
+        return timeout
+
+    # -- output caps while collecting
+    def _admit(self, content: dict, cell_index: int) -> bool:
+        size = _output_chars(content)
+        if (self._collected[cell_index] + size > self.collect_cell_chars
+                or self._collected_total + size > self.collect_notebook_chars):
+            self._dropped[cell_index] += size
+            return False
+        self._collected[cell_index] += size
+        self._collected_total += size
+        return True
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg.get("msg_type") in ("stream", "display_data", "execute_result", "error"):
+            if not self._admit(msg.get("content") or {}, cell_index):
+                return None
+        return super().output(outs, msg, display_id, cell_index)
+
+    def _update_display_id(self, display_id, msg):
+        if not self._admit(msg.get("content") or {}, -1):
+            return
+        try:
+            super()._update_display_id(display_id, msg)
+        except (IndexError, KeyError):  # a display id that points at nothing the grader kept
+            pass
+
+    # -- judging
+    def preprocess(self, nb, resources, km=None):
+        """Execute ``nb`` with a judge: the grader's (:func:`raydata_grader.judge.active_judge`),
+        or, under nbgrader's own ``autograde`` command, one of its own (no sandbox then).
+
+        The verdicts go to ``resources["raydata_grader"]["verdicts"]`` for :class:`JudgedGrades`.
+        """
+        import contextlib
+        import tempfile
+
+        from raydata_grader.judge import Judge, active_judge, judging, load_checks
+        from raydata_grader.paths import oracles_dir
+
+        with contextlib.ExitStack() as stack:
+            judge = active_judge()
+            if judge is None:
+                assignment = resources.get("nbgrader", {}).get("assignment")
+                folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="rdg-judge-"))
+                judge = stack.enter_context(judging(Judge(load_checks(assignment, oracles_dir()),
+                                                          Path(folder) / "judge.sock", log=self.log.info)))
+                self.log.warning("No grading run is active: judging %s with a judge of this process and an "
+                                 "unsandboxed kernel. Grade students' submissions with `make grade`.", assignment)
+            resources.setdefault("raydata_grader", {})["verdicts"] = judge.verdicts
+            self._judge_now = judge
+            return super().preprocess(nb, resources, km)
+
+    # -- tracking and judging
+    def _progress(self, index: int, cell, judging: bool) -> None:
         path = os.environ.get(PROGRESS_ENV)
         if path:
             record = {"index": index, "grade_id": cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"),
-                      "started_s": time.time()}
+                      "started_s": time.time(), "judging": judging}
             tmp = f"{path}.tmp"
             with open(tmp, "w") as f:
                 json.dump(record, f)
             os.replace(tmp, path)
-        return super().preprocess_cell(cell, resources, index)
+
+    def preprocess_cell(self, cell, resources, index):
+        self._progress(index, cell, False)
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if self._dropped.get(index):
+            cell.outputs.append(nbformat.v4.new_output(
+                "stream", name="stdout",
+                text=f"\n... {self._dropped[index]:,} characters of output were dropped by the grader ...\n"))
+        judge = getattr(self, "_judge_now", None)
+        if judge is not None and cell.get("cell_type") == "code" and is_grade(cell):
+            self._progress(index, cell, True)
+            self._judge(judge, cell, index)
+        return cell, resources
+
+    def _judge(self, judge, cell, index) -> None:
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        raised = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        session = judge.open(gid, timeout_s=float(self.timeout or 600))
+        line = nbformat.v4.new_code_cell(JUDGE_LINE.format(socket=str(judge.socket_path), nonce=session.nonce))
+        try:
+            self.execute_cell(line, index, store_history=False)
+        finally:
+            self.nb["cells"][index] = cell  # nbclient stores the cell it ran at this index
+            verdict = judge.close(session)
+            verdict.cell_raised = raised
+        if raised:
+            return  # the cell's own error says what failed, and the cell scores 0 (JudgedGrades)
+        if not verdict.passed:
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename="AssertionError", evalue=verdict.message,
+                traceback=[f"AssertionError: {verdict.message}"]))
+        elif _is_hidden(cell):
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=HIDDEN_PASSED))
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -129,56 +229,91 @@ def _truncate(text: str, limit: int) -> str:
 
 
 class LimitOutputSize(NbGraderPreprocessor):
-    """Cap each code cell's output at ``max_chars`` characters (streams, results, errors).
+    """Cap each code cell's output at ``max_chars`` characters, and the notebook's at ``max_notebook_chars``.
 
-    Rich outputs (images, HTML) larger than ``max_chars`` are replaced by a one-line note.
+    Streams and error texts are cut; rich outputs (images, HTML) larger than what is left are
+    replaced by a one-line note. Once the notebook's budget is spent, later cells keep only
+    a note (the judge's verdicts, appended last, always stay).
     """
 
     max_chars = Integer(20_000, help="largest output, in characters, kept per cell").tag(config=True)
+    max_notebook_chars = Integer(200_000, help="output, in characters, kept per notebook").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        self._left = self.max_notebook_chars
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.get("cell_type") != "code":
             return cell, resources
-        budget = self.max_chars
-        kept = []
+        budget = min(self.max_chars, max(self._left, 0))
+        used, kept = 0, []
         for output in cell.get("outputs", []):
             kind = output.get("output_type")
             if kind == "stream":
-                if budget <= 0:
+                if output.get("text") == HIDDEN_PASSED:
+                    kept.append(output)
                     continue
-                text = output.get("text", "")
-                output["text"] = _truncate(text, budget)
-                budget -= len(output["text"])
+                if used >= budget:
+                    continue
+                output["text"] = _truncate(output.get("text", ""), budget - used)
+                used += len(output["text"])
             elif kind in ("display_data", "execute_result"):
                 size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in output.get("data", {}).values())
-                if size > self.max_chars:
+                if used + size > budget:
                     output["data"] = {"text/plain": f"[an output of {size:,} characters was removed by the grader]"}
+                    output["metadata"] = {}
+                else:
+                    used += size
             elif kind == "error":
                 output["evalue"] = _truncate(str(output.get("evalue", "")), self.max_chars)
-                output["traceback"] = [_truncate(line, self.max_chars) for line in output.get("traceback", [])]
+                output["traceback"] = [_truncate(line, self.max_chars) for line in output.get("traceback", [])][-50:]
             kept.append(output)
+        self._left -= used
         cell["outputs"] = kept
         return cell, resources
 
 
+class JudgedGrades(SaveAutoGrades):
+    """nbgrader's ``SaveAutoGrades``, scoring each grade cell from the judge's verdict.
+
+    A grade cell earns its points when the judge passed it and the cell raised no error
+    itself (a visible test that fails in the notebook fails). A cell without a verdict (the
+    kernel died before it, or no judge ran) scores 0. Nothing the kernel printed, raised or
+    wrote can raise a score: the verdicts live in the grader's process, in
+    ``resources["raydata_grader"]["verdicts"]`` (:class:`TrackedExecute` puts them there).
+    """
+
+    def _add_score(self, cell, resources) -> None:
+        gid = cell.metadata["nbgrader"]["grade_id"]
+        grade = self.gradebook.find_grade(gid, self.notebook_id, self.assignment_id, self.student_id)
+        verdict = resources.get("raydata_grader", {}).get("verdicts", {}).get(gid)
+        points = float(cell.metadata["nbgrader"].get("points", 0) or 0)
+        earned = verdict is not None and verdict.passed and not verdict.cell_raised
+        grade.auto_score = points if earned else 0.0
+        grade.needs_manual_grade = grade.manual_score is not None
+        self.gradebook.db.commit()
+
+
 class HideHiddenTests(ClearHiddenTests):
-    """Feedback preprocessor: no hidden-test code, traceback or printed output in feedback.
+    """Feedback preprocessor: no hidden-test code or printed output in feedback, only the verdict.
 
     nbgrader's ``ClearHiddenTests`` removes each hidden-test block from the cell's source; a
-    placeholder line says where it was. Of the cell's outputs, only the error stays, cut to
-    its one-line message (the oracle's words for the student). A malformed block (a
-    ``BEGIN HIDDEN TESTS`` a student typed into a cell, unclosed or nested) hides everything
-    from its first line on, instead of failing the feedback.
+    placeholder line says where it was. Of the cell's outputs, only the judge's verdict
+    stays: an error cut to its one-line message (the oracle's words for the student), or
+    :data:`HIDDEN_PASSED`. A malformed block (a ``BEGIN HIDDEN TESTS`` a student typed into
+    a cell, unclosed or nested) hides everything from its first line on, instead of failing
+    the feedback.
 
     Examples:
         >>> cell = nbformat.v4.new_code_cell(
-        ...     "# part A\\n### BEGIN HIDDEN TESTS\\ncheck(f)\\n### END HIDDEN TESTS",
+        ...     "# part A\\n### BEGIN HIDDEN TESTS\\n# judged by the grader\\n### END HIDDEN TESTS",
         ...     metadata={"nbgrader": {"grade": True, "grade_id": "a_hidden", "points": 1}},
         ...     outputs=[nbformat.v4.new_output("stream", name="stdout", text="plan"),
         ...              nbformat.v4.new_output("error", ename="AssertionError", evalue="On a big dataset, ...",
         ...                                     traceback=["----> 3 check(f)"])])
         >>> cell = HideHiddenTests().preprocess_cell(cell, {}, 0)[0]
-        >>> "check(f)" in cell.source, [o["output_type"] for o in cell.outputs]
+        >>> "judged by" in cell.source, [o["output_type"] for o in cell.outputs]
         (False, ['error'])
         >>> cell.outputs[0]["traceback"]
         ['AssertionError: On a big dataset, ...']
@@ -198,10 +333,13 @@ class HideHiddenTests(ClearHiddenTests):
         if not removed:
             return cell, resources
         cell.source = cell.source.rstrip("\n") + "\n" + HIDDEN_PLACEHOLDER
-        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        for output in errors:
+        kept = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"][-1:]
+        for output in kept:
             output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
-        cell.outputs = errors
+        if not kept:
+            kept = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+                    and o.get("text") == HIDDEN_PASSED][-1:]
+        cell.outputs = kept
         return cell, resources
 
 

@@ -55,6 +55,12 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
                                     f"{options.memory_bytes / GiB:.1f} GiB, while running {_where(progress)} (nothing was graded)"]
     if not result or not result.get("success"):
         log = (result or {}).get("log", "")
+        oom_kills = int(((result or {}).get("sandbox") or {}).get("oom_kills") or 0)
+        if oom_kills:
+            return "crashed", 0.0, {}, [
+                f"the notebook ran out of memory while running {_where(progress)}: its processes (the kernel and "
+                f"Ray's) passed the limit of {options.memory_bytes / GiB:.1f} GiB together, and the sandbox stopped "
+                "one of them: nothing after it ran, nothing was graded"]
         if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
             ended_s = outcome.ended_s or time.time()
             if progress and progress.get("started_s") and ended_s - progress["started_s"] >= options.cell_timeout_s:

@@ -113,6 +113,7 @@ def run_limited(
     log_path: str | os.PathLike | None = None,
     ray_temp_root: str | None = None,
     memory_poll_s: float = 1.0,
+    watch_tree_memory: bool = True,
 ) -> RunOutcome:
     """Run ``cmd`` under a wall-time and memory limit, then kill everything it left behind.
 
@@ -125,6 +126,10 @@ def run_limited(
         ray_temp_root: the ``RAYDATA_COURSE_TMPDIR`` the job's Ray clusters use; Ray
             processes under it are killed at the end.
         memory_poll_s: seconds between watchdog measurements.
+        watch_tree_memory: sum the tree's PSS and stop it past ``memory_bytes``. Off where
+            the job's kernel runs in a memory cgroup of its own (the cgroup bounds it, and
+            reading every process's ``smaps`` each second costs CPU); ``RLIMIT_DATA`` still
+            bounds each process.
 
     Returns:
         A :class:`RunOutcome`.
@@ -153,7 +158,7 @@ def run_limited(
             if now >= next_poll:
                 procs = _tree(root)
                 seen.update({p.pid: p for p in procs})
-                used = tree_memory_bytes(procs)
+                used = tree_memory_bytes(procs) if watch_tree_memory else 0
                 peak = max(peak, used)
                 if used > memory_bytes:
                     killed = "memory"

@@ -1,9 +1,14 @@
-"""The class summary an instructor reads first: averages, most-failed parts, who needs attention."""
+"""The class summary an instructor reads first: averages, most-failed parts, who needs attention.
+
+Its text cells (ids, statuses, the "why" column, which holds messages a student's code raised)
+are escaped with :func:`~raydata_grader.records.escape_markdown`: a cell cannot hold HTML, a
+link or a line break, and ``markdown_table`` escapes its ``|``, so no cell breaks its table.
+"""
 
 from __future__ import annotations
 
 from raydata_course.tables import markdown_table
-from raydata_grader.records import STATUSES, Row
+from raydata_grader.records import STATUSES, Row, escape_markdown
 
 __all__ = ["summary_markdown"]
 
@@ -28,8 +33,9 @@ def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
         top: most-failed grade cells listed per assignment.
 
     Returns:
-        Markdown: three headed tables.
+        Markdown: three headed tables, their text cells escaped (:func:`escape_markdown`).
     """
+    md = escape_markdown
     assignments = sorted({a for _, a in rows})
     averages = []
     for a in assignments:
@@ -39,7 +45,7 @@ def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
         all_frac = [r.score / r.max_score if r.max_score else 0.0 for r in these]
         counts = ", ".join(f"{s} {n}" for s in STATUSES if (n := sum(r.status == s for r in these)))
         avg = f"{100 * sum(frac) / len(frac):.0f}%" if frac else "n/a"
-        averages.append([a, f"{len(ran)}/{len(these)}", avg,
+        averages.append([md(a), f"{len(ran)}/{len(these)}", avg,
                          f"{100 * sum(all_frac) / max(len(all_frac), 1):.0f}%", counts])
     fails: dict[tuple[str, str], list[int]] = {}
     for (s, a), r in rows.items():
@@ -49,13 +55,14 @@ def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
             tally[1] += 1
     worst = sorted(((n, of, a, c) for (a, c), (n, of) in fails.items() if n),
                    key=lambda t: (-t[0] / t[1], t[2], t[3]))[:top * max(len(assignments), 1)]
-    failed = [[a, c, n, of] for n, of, a, c in worst] or [["–", "none", 0, "–"]]
+    failed = [[md(a), md(c), n, of] for n, of, a, c in worst] or [["–", "none", 0, "–"]]
     attention = [r for r in rows.values()
                  if r.status in ("timeout", "crashed", "missing", "invalid") or (r.max_score and r.score / r.max_score < 0.5)]
     students = []
     for r in sorted(attention, key=lambda r: (r.student, r.assignment)):
         why = r.message if r.status != "graded" else "below half marks; " + r.message
-        students.append([r.student, r.assignment, r.status, f"{r.score:g}/{r.max_score:g}", _shorten(why)])
+        students.append([md(r.student), md(r.assignment), md(r.status), f"{r.score:g}/{r.max_score:g}",
+                         md(_shorten(" ".join(why.split())))])
     students = students or [["–", "–", "–", "–", "nobody"]]
     return "\n".join([
         "# Class summary", "", "## Average per exercise", "",

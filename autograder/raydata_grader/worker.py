@@ -1,10 +1,12 @@
-"""One autograde, inside the sandbox: ``python -m raydata_grader.worker --course DIR ...``.
+"""One autograde, in its own process: ``python -m raydata_grader.worker --course DIR ...``.
 
 The grader (:mod:`raydata_grader.grade`) starts this command under
-:func:`~raydata_grader.sandbox.run_limited` for every notebook it grades. It runs nbgrader's
-autograde with the course's preprocessors, the per-cell limit and the output cap, and writes
-a JSON result file: nbgrader's success flag, the gradebook's scores and, per error output in
-the autograded notebook, the cell's ``grade_id``, ``ename`` and ``evalue``.
+:func:`~raydata_grader.sandbox.run_limited` (wall time, memory) for every notebook it grades.
+The worker is trusted: it holds the judge (:mod:`raydata_grader.judge`) and runs nbgrader's
+autograde, whose kernel it starts in a sandbox (:mod:`raydata_grader.kernel_sandbox`). It writes
+a JSON result file: nbgrader's success flag, the gradebook's scores (which come from the
+judge's verdicts), the verdicts, how the kernel was confined, and, per error output in the
+autograded notebook, the cell's ``grade_id``, ``ename`` and ``evalue``.
 """
 
 from __future__ import annotations
@@ -16,41 +18,37 @@ from pathlib import Path
 
 import nbformat
 
-from raydata_grader.course_dir import autograde, nbgrader_config
+from raydata_grader.course_dir import autograde
 
 __all__ = ["worker_command", "worker_main", "main"]
 
 
-def _autograde_preprocessors(config) -> list:
-    from nbgrader.preprocessors import Execute, LimitOutput
-
-    from raydata_grader.nbgrader_steps import LimitOutputSize, TrackedExecute
-
-    steps = []
-    for step in config.Autograde.autograde_preprocessors:
-        steps.append(TrackedExecute if step is Execute else step)
-        if step is LimitOutput:
-            steps.append(LimitOutputSize)
-    if LimitOutputSize not in steps:
-        steps.insert(len(steps) - 1, LimitOutputSize)
-    if TrackedExecute not in steps:
-        raise RuntimeError("autograder/nbgrader_config.py's Autograde.autograde_preprocessors has no Execute step")
-    return steps
-
-
 def worker_main(course_dir: str, assignment: str, student: str, result_path: str, cell_timeout_s: int,
-                max_output_chars: int) -> int:
-    """Autograde one submission (runs inside the sandbox) and write a JSON result file.
+                max_output_chars: int, sandbox_level: str = "none", cgroups: str = "",
+                memory_bytes: int | None = None) -> int:
+    """Autograde one submission and write a JSON result file (see the module docstring).
 
-    The result holds nbgrader's success flag, the gradebook's scores and, per error output
-    in the autograded notebook, the cell's ``grade_id``, ``ename`` and ``evalue``.
+    Args:
+        course_dir: the grading folder (an nbgrader course).
+        assignment: assignment id.
+        student: student id.
+        result_path: where to write the result.
+        cell_timeout_s: the per-cell limit, in seconds.
+        max_output_chars: output kept per cell, in characters.
+        sandbox_level: ``"root"`` or ``"user"`` (what :func:`~raydata_grader.kernel_sandbox.probe`
+            found), or ``"none"`` for no sandbox.
+        cgroups: ``"v1"``, ``"v2"`` or ``""``.
+        memory_bytes: the sandbox's memory limit, in bytes (default: the sandbox's default).
     """
-    base = nbgrader_config(course_dir)
+    sandbox = limits = None
+    if sandbox_level != "none":
+        from raydata_grader.kernel_sandbox import SandboxLimits, SandboxSupport
+
+        sandbox = SandboxSupport(sandbox_level, cgroups)
+        limits = SandboxLimits(memory_bytes=memory_bytes) if memory_bytes else SandboxLimits()
     score = autograde(
-        course_dir, assignment, student,
-        **{"Execute.timeout": cell_timeout_s,
-           "Autograde.autograde_preprocessors": _autograde_preprocessors(base),
-           "LimitOutputSize.max_chars": max_output_chars})
+        course_dir, assignment, student, sandbox=sandbox, limits=limits, log=lambda line: print(line, flush=True),
+        **{"Execute.timeout": cell_timeout_s, "LimitOutputSize.max_chars": max_output_chars})
     errors = []
     graded_nb = Path(course_dir, "autograded", student, assignment, f"{assignment}.ipynb")
     if score.success and graded_nb.is_file():
@@ -59,34 +57,41 @@ def worker_main(course_dir: str, assignment: str, student: str, result_path: str
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error":
                     errors.append({"index": index, "grade_id": cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"),
-                                   "ename": output.get("ename", ""), "evalue": str(output.get("evalue", ""))[:500]})
+                                   "ename": str(output.get("ename", ""))[:200], "evalue": str(output.get("evalue", ""))[:500]})
     Path(result_path).write_text(json.dumps({
         "success": score.success, "score": score.score, "max_score": score.max_score,
-        "cells": {k: list(v) for k, v in score.cells.items()}, "errors": errors, "log": score.log[-20_000:]}))
+        "cells": {k: list(v) for k, v in score.cells.items()}, "verdicts": score.verdicts, "sandbox": score.sandbox,
+        "errors": errors, "log": score.log[-20_000:]}))
     return 0
 
 
 def worker_command(course_dir: str | Path, assignment: str, student: str, result_path: str | Path,
-                   cell_timeout_s: int, max_output_chars: int) -> list[str]:
+                   cell_timeout_s: int, max_output_chars: int, sandbox_level: str = "none", cgroups: str = "",
+                   memory_bytes: int | None = None) -> list[str]:
     """The command line that runs :func:`worker_main` in a fresh Python process."""
-    return [sys.executable, "-m", "raydata_grader.worker", "--course", str(course_dir), "--assignment", assignment,
-            "--student", student, "--result", str(result_path), "--cell-timeout", str(cell_timeout_s),
-            "--max-output-chars", str(max_output_chars)]
+    cmd = [sys.executable, "-m", "raydata_grader.worker", "--course", str(course_dir), "--assignment", assignment,
+           "--student", student, "--result", str(result_path), "--cell-timeout", str(cell_timeout_s),
+           "--max-output-chars", str(max_output_chars), "--sandbox", sandbox_level, "--cgroups", cgroups]
+    return cmd + (["--memory-bytes", str(memory_bytes)] if memory_bytes else [])
 
 
 def main(argv: list[str] | None = None) -> int:
     """The worker's command line (see :func:`worker_command`)."""
     parser = argparse.ArgumentParser(prog="python -m raydata_grader.worker",
-                                     description="Autograde one submission (the grader runs this in a sandbox).")
+                                     description="Autograde one submission (the grader runs this for every notebook).")
     parser.add_argument("--course", required=True, help="the grading folder (an nbgrader course)")
     parser.add_argument("--assignment", required=True)
     parser.add_argument("--student", required=True)
     parser.add_argument("--result", required=True, help="JSON file to write the result to")
     parser.add_argument("--cell-timeout", type=int, required=True, help="per-cell limit, seconds")
     parser.add_argument("--max-output-chars", type=int, required=True, help="output kept per cell, characters")
+    parser.add_argument("--sandbox", choices=("root", "user", "none"), default="none",
+                        help="how to confine the kernel (what kernel_sandbox.probe found), or none")
+    parser.add_argument("--cgroups", choices=("v1", "v2", ""), default="", help="writable cgroup version, if any")
+    parser.add_argument("--memory-bytes", type=int, default=None, help="the sandbox's memory limit, bytes")
     args = parser.parse_args(argv)
     return worker_main(args.course, args.assignment, args.student, args.result, args.cell_timeout,
-                       args.max_output_chars)
+                       args.max_output_chars, args.sandbox, args.cgroups, args.memory_bytes)
 
 
 if __name__ == "__main__":

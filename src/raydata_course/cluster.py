@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from raydata_course.layout import HEADLESS_ENV, ORACLES_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
+from raydata_course.layout import HEADLESS_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB, MiB
 
 __all__ = [
@@ -369,10 +369,6 @@ def setup(
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = is_interactive() if progress_bars is None else progress_bars
-    if os.environ.get(ORACLES_ENV):
-        # Under the grader, Ray Data's INFO lines ("Execution plan of Dataset ...") would show
-        # the structure of the hidden tests' pipelines in the student's feedback.
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
     _seed(seed)
     return session
 

@@ -28,10 +28,10 @@ __all__ = [
     "TEMP_ROOT_ENV",
     "HEADLESS_ENV",
     "RAY_VERSION_ENV",
-    "ORACLES_ENV",
     "PROGRESS_ENV",
     "SELF_CHECK_ENV",
     "GRADING_DIR_ENV",
+    "REQUIRE_SANDBOX_ENV",
     "CourseRootNotFound",
     "COURSE_FOLDERS",
     "is_course_root",
@@ -71,8 +71,6 @@ TEMP_ROOT_ENV = "RAYDATA_COURSE_TMPDIR"
 HEADLESS_ENV = "RAYDATA_COURSE_HEADLESS"
 #: Accept another Ray release; only the lab's across-versions run sets it (``make lab RAY=...``).
 RAY_VERSION_ENV = "RAYDATA_COURSE_RAY_VERSION"
-#: The folder of hidden-test oracles. Only the grader sets it, in the kernels it grades.
-ORACLES_ENV = "RAYDATA_COURSE_ORACLES"
 #: The file where the grader's executor records which cell a graded kernel is running.
 PROGRESS_ENV = "RAYDATA_COURSE_PROGRESS"
 #: Set in the kernel that runs a self-check's copy of a notebook, so that a ``self_check()``
@@ -81,6 +79,8 @@ SELF_CHECK_ENV = "RAYDATA_COURSE_SELF_CHECK"
 #: A folder that ``make grade`` filled; formgrader shows it instead of the course root
 #: (``make jupyter GRADING=build/grading``).
 GRADING_DIR_ENV = "RAYDATA_COURSE_GRADING_DIR"
+#: ``1`` where the grader's sandbox must be available (CI): its tests fail instead of skipping.
+REQUIRE_SANDBOX_ENV = "RAYDATA_COURSE_REQUIRE_SANDBOX"
 
 
 #: The folders that make a folder the course: the repository root in an instructor's

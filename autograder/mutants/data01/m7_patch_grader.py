@@ -1,8 +1,9 @@
-"""Tampers with the grader: replaces hidden_check, then hard-codes the visible answers."""
+"""Tampers with the grader: replaces the kernel's side of the judge with a function that says
+"passed" without answering, then hard-codes the visible answers."""
 ANSWERS = {
     "block_row_counts_answer": '''
-import raydata_grader.hidden as _g
-_g.hidden_check = lambda *args, **kwargs: None
+import raydata_course.judging.kernel as _judge
+_judge.serve = lambda *args, **kwargs: True
 
 def block_row_counts(ds) -> list:
     return [25, 25, 25, 25]
@@ -21,7 +22,7 @@ def first_rows_by(ds, column: str, k: int) -> list:
     return [{"id": 0}, {"id": 2}]
 ''',
 }
-# The answer cell that touches the grader is not run, so Part A fails; the hidden cells
-# reload the real check, so every hard-coded answer fails its hidden test.
-FAILS = {"block_row_counts_visible", "block_row_counts_hidden", "make_blocks_hidden",
-         "write_files_hidden", "first_rows_by_hidden"}
+# The judge never hears from any cell (the grader's line calls the replaced function), and a
+# grade cell the judge never heard from scores 0: every cell fails, the visible ones included.
+FAILS = {f"{part}_{kind}" for part in ("block_row_counts", "make_blocks", "write_files", "first_rows_by")
+         for kind in ("visible", "hidden")}

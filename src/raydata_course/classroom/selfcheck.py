@@ -42,7 +42,6 @@ from raydata_course.layout import (
     GRADER_CELL_TIMEOUT_S,
     HEADLESS_ENV,
     KERNEL_NAME,
-    ORACLES_ENV,
     SELF_CHECK_ENV,
     CourseRootNotFound,
     course_root,
@@ -222,7 +221,7 @@ def self_check(assignment: str | None = None, notebook: str | os.PathLike | None
         copy_path = Path(tmp) / path.name
         nbformat.write(nb, copy_path)
         # the copy runs next to the original, so relative paths behave as in the student's notebook
-        env = {k: v for k, v in os.environ.items() if k not in (ORACLES_ENV, "JPY_SESSION_NAME")}
+        env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
         env[SELF_CHECK_ENV] = "1"
         env.setdefault(HEADLESS_ENV, "1")
         try:

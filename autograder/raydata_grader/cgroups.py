@@ -1,0 +1,157 @@
+"""A graded kernel's cgroup: bounds on memory and processes, and a sure way to end them all.
+
+The grader (as root) makes one cgroup per graded notebook, in the memory and pids
+controllers of cgroup v1 (``/sys/fs/cgroup/memory/<name>``, ``/sys/fs/cgroup/pids/<name>``)
+or in the unified hierarchy of cgroup v2 (``/sys/fs/cgroup/<name>``). The kernel's launcher
+joins it before it starts bubblewrap, so the kernel, Ray and everything they start are in it:
+
+- **memory**: ``memory.limit_in_bytes`` (v1) or ``memory.max`` (v2) counts anonymous memory,
+  tmpfs and shared memory (Ray's object store in the sandbox's ``/dev/shm``) together; over
+  it, the kernel's OOM killer ends a process of the group (:meth:`Cgroup.oom_kills` counts);
+- **processes**: ``pids.max`` bounds processes and threads together;
+- **the end**: :meth:`Cgroup.stop` kills every process still listed in ``cgroup.procs`` and
+  removes the group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+__all__ = ["CGROUP_ROOT", "CGROUP_PREFIX", "writable_version", "Cgroup"]
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: Every cgroup the grader makes is named ``<prefix>-<notebook's folder name>``.
+CGROUP_PREFIX = "raydata-grader"
+
+
+def writable_version() -> str:
+    """``"v1"`` or ``"v2"`` when this process may make memory and pids cgroups, else ``""``."""
+    if os.geteuid() != 0:
+        return ""
+    probe_name = f"{CGROUP_PREFIX}-probe-{os.getpid()}"
+    if (CGROUP_ROOT / "memory").is_dir() and (CGROUP_ROOT / "pids").is_dir():
+        folders = [CGROUP_ROOT / "memory" / probe_name, CGROUP_ROOT / "pids" / probe_name]
+        version = "v1"
+    else:
+        controllers = CGROUP_ROOT / "cgroup.controllers"
+        if not (controllers.is_file() and {"memory", "pids"} <= set(controllers.read_text().split())):
+            return ""
+        folders, version = [CGROUP_ROOT / probe_name], "v2"
+    try:
+        for folder in folders:
+            folder.mkdir(exist_ok=True)
+            folder.rmdir()
+    except OSError:
+        return ""
+    return version
+
+
+class Cgroup:
+    """One notebook's cgroup (made at construction).
+
+    Args:
+        version: ``"v1"`` or ``"v2"`` (:func:`writable_version`).
+        name: the cgroup's name (unique per notebook).
+        memory_bytes: the memory limit, in bytes (shared memory and tmpfs included).
+        pids_max: most processes and threads at once.
+
+    Raises:
+        OSError: if the cgroup cannot be made (the grader is not root, say).
+    """
+
+    def __init__(self, version: str, name: str, memory_bytes: int, pids_max: int):
+        self.version = version
+        if version == "v1":
+            memory, pids = CGROUP_ROOT / "memory" / name, CGROUP_ROOT / "pids" / name
+            for d in (memory, pids):
+                d.mkdir(exist_ok=True)
+            self.dirs = [memory, pids]
+            (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            swap = memory / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                try:
+                    swap.write_text(str(memory_bytes))
+                except OSError:
+                    pass  # swap accounting off: the limit covers memory alone
+            (pids / "pids.max").write_text(str(pids_max))
+        else:
+            group = CGROUP_ROOT / name
+            group.mkdir(exist_ok=True)
+            self.dirs = [group]
+            (group / "memory.max").write_text(str(memory_bytes))
+            if (group / "memory.swap.max").exists():
+                (group / "memory.swap.max").write_text("0")
+            (group / "pids.max").write_text(str(pids_max))
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files a process writes its pid into to join (one per hierarchy)."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def pids(self) -> set[int]:
+        """Every process now in the cgroup."""
+        found: set[int] = set()
+        for path in self.procs_files:
+            try:
+                found |= {int(x) for x in Path(path).read_text().split()}
+            except OSError:
+                pass
+        return found
+
+    def memory_bytes(self) -> tuple[int, int]:
+        """(current, peak) memory of the cgroup, in bytes ((0, 0) if unreadable)."""
+        memory = self.dirs[0]
+        try:
+            if self.version == "v1":
+                return (int((memory / "memory.usage_in_bytes").read_text()),
+                        int((memory / "memory.max_usage_in_bytes").read_text()))
+            current = int((memory / "memory.current").read_text())
+            peak_file = memory / "memory.peak"
+            return current, int(peak_file.read_text()) if peak_file.exists() else current
+        except (OSError, ValueError):
+            return 0, 0
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer ended in this cgroup."""
+        name = "memory.oom_control" if self.version == "v1" else "memory.events"
+        try:
+            for line in (self.dirs[0] / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def stop(self, timeout_s: float = 10.0) -> int:
+        """Kill every process in the cgroup (again until none is left), then remove it.
+
+        Returns:
+            Kills sent.
+        """
+        killed = 0
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        return killed

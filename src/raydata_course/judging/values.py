@@ -1,0 +1,426 @@
+"""The data a judged kernel and the judge exchange: inert records, and a codec for them.
+
+A value on the judge's wire (:mod:`raydata_course.judging.wire`) is JSON with tagged leaves:
+``None``, booleans, numbers, strings, lists, tuples, dicts, bytes, NumPy arrays and scalars of
+plain dtypes (:data:`PLAIN_DTYPES`; string and object arrays item by item), and the records
+below. :func:`decode_value` never imports, calls or unpickles anything named by the sender: a
+hostile kernel can send the judge wrong data, never an object with behaviour. Only the kernel
+accepts :class:`ArrowTable` (an Arrow IPC stream the judge sends).
+
+Examples:
+    >>> import numpy as np
+    >>> decode_value(encode_value({"x": np.arange(3, dtype=np.int32), "t": (1, "a")}))["x"].dtype.name
+    'int32'
+    >>> decode_value({"$": "nd", "dtype": "|O", "shape": [1], "b64": ""})
+    Traceback (most recent call last):
+    ...
+    raydata_course.judging.values.WireError: dtype '|O' is not allowed on the judge's wire
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PLAIN_DTYPES",
+    "MAX_TEXT_CHARS",
+    "WireError",
+    "KernelRef",
+    "ArrowTable",
+    "TypeInfo",
+    "TableData",
+    "FrameData",
+    "TensorData",
+    "DatasetData",
+    "encode_value",
+    "decode_value",
+    "text_field",
+]
+
+#: Dtypes an array or scalar may have on the wire (no object, void or datetime dtypes).
+PLAIN_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+     "float64", "complex64", "complex128"])
+#: Longest text kept from a kernel's exception message or ``repr``, in characters.
+MAX_TEXT_CHARS = 2_000
+
+
+class WireError(ValueError):
+    """A frame or value that is not what the protocol allows (wrong type, too large, malformed)."""
+
+
+# ------------------------------------------------------------------------------ data records
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """An object in the kernel: a global of the notebook, an importable name, or an earlier result.
+
+    Attributes:
+        root: ``"student"`` (a name in the notebook's namespace), ``"import"`` (a module,
+            ``"ray.data"``) or ``"handle"`` (the result of an earlier :class:`Call`).
+        name: the global's name, the module's dotted name, or the handle number as text.
+        attrs: attribute names looked up on the root, in order.
+    """
+
+    root: str
+    name: str
+    attrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArrowTable:
+    """A ``pyarrow.Table`` sent by the judge to the kernel, as an Arrow IPC stream."""
+
+    ipc: bytes
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """What the kernel says an object is: its class and base classes, and a short ``repr``.
+
+    Attributes:
+        module: the class's module, e.g. ``"ray.data.dataset"``.
+        qualname: the class's qualified name, e.g. ``"MaterializedDataset"``.
+        mro: ``module.qualname`` of the class and every base class, most derived first.
+        text: ``repr(obj)``, cut to :data:`MAX_TEXT_CHARS` (the kernel computes it).
+    """
+
+    module: str
+    qualname: str
+    mro: tuple[str, ...] = ()
+    text: str = ""
+
+    @property
+    def name(self) -> str:
+        """``module.qualname``."""
+        return f"{self.module}.{self.qualname}"
+
+    def is_a(self, name: str) -> bool:
+        """True when ``name`` (``module.qualname``, or a bare class name) is in the MRO."""
+        return any(entry == name or entry.rsplit(".", 1)[-1] == name for entry in self.mro)
+
+
+class _Columns:
+    """What tables and frames share: named columns of equal length."""
+
+    names: tuple[str, ...]
+    columns: tuple[Any, ...]
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the table."""
+        return len(self.columns[0]) if self.columns else 0
+
+    def column(self, name: str):
+        """The column called ``name`` (a NumPy array or a list).
+
+        Raises:
+            KeyError: if there is no such column.
+        """
+        if name not in self.names:
+            raise KeyError(name)
+        return self.columns[self.names.index(name)]
+
+    def rows(self) -> list[dict]:
+        """The rows as dicts of Python values (``to_pylist``)."""
+        cols = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in self.columns]
+        return [dict(zip(self.names, values)) for values in zip(*cols)]
+
+
+@dataclass(frozen=True)
+class TableData(_Columns):
+    """An Arrow table as data: column names, Arrow type names, and the columns.
+
+    Attributes:
+        names: column names.
+        types: ``str(field.type)`` per column, e.g. ``"double"``, ``"string"``.
+        columns: one NumPy array per column (primitive types), or a list of Python values.
+    """
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    columns: tuple[Any, ...]
+
+    def type_of(self, name: str) -> str:
+        """The Arrow type name of column ``name``.
+
+        Raises:
+            KeyError: if there is no such column.
+        """
+        if name not in self.names:
+            raise KeyError(name)
+        return self.types[self.names.index(name)]
+
+
+@dataclass(frozen=True)
+class FrameData(_Columns):
+    """A pandas DataFrame as data: column names, dtype names and one array (or list) per column."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    columns: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class TensorData:
+    """A torch tensor as data: dtype name (``"float32"``), shape, device type and values.
+
+    ``values`` is a NumPy array, or None for a tensor without data (device ``"meta"``).
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    device: str
+    values: Any = None
+
+
+@dataclass(frozen=True)
+class DatasetData:
+    """A Ray ``Dataset`` as data: its type, and its blocks as tables when they were fetched.
+
+    Attributes:
+        type: the dataset's :class:`TypeInfo` (``MaterializedDataset`` or ``Dataset``).
+        blocks: one :class:`TableData` per block, in the dataset's block order.
+        num_blocks: what ``num_blocks()`` returned (None for a lazy dataset, which raises).
+    """
+
+    type: TypeInfo
+    blocks: tuple[TableData, ...] = ()
+    num_blocks: int | None = None
+
+    @property
+    def block_num_rows(self) -> list[int]:
+        """Rows per block, in block order."""
+        return [b.num_rows for b in self.blocks]
+
+    def column(self, name: str) -> list:
+        """Every value of column ``name``, block after block, as Python values."""
+        out: list = []
+        for block in self.blocks:
+            col = block.column(name)
+            out.extend(col.tolist() if isinstance(col, np.ndarray) else col)
+        return out
+
+
+_RECORDS = {cls.__name__: cls for cls in (KernelRef, TypeInfo, TableData, FrameData, TensorData, DatasetData)}
+
+
+# ------------------------------------------------------------------------------ codec
+
+
+def _array(value: np.ndarray) -> dict:
+    if value.dtype.name in PLAIN_DTYPES:
+        data = np.ascontiguousarray(value)
+        return {"$": "nd", "dtype": data.dtype.str, "shape": list(data.shape),
+                "b64": base64.b64encode(data.tobytes()).decode("ascii")}
+    kind = "str" if value.dtype.kind in "US" else "object"
+    return {"$": "nd", "dtype": kind, "shape": list(value.shape), "items": [encode_value(v) for v in value.reshape(-1)]}
+
+
+def encode_value(value: Any) -> Any:
+    """``value`` as JSON-ready data (see the module docstring for what may travel).
+
+    Raises:
+        WireError: for a value of any other type.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and value != value:
+            return {"$": "float", "v": "nan"}
+        if isinstance(value, float) and value in (float("inf"), float("-inf")):
+            return {"$": "float", "v": "inf" if value > 0 else "-inf"}
+        return value
+    if isinstance(value, np.ndarray):
+        return _array(value)
+    if isinstance(value, np.generic):
+        if value.dtype.name not in PLAIN_DTYPES:
+            return encode_value(value.item())
+        return {"$": "np", "dtype": value.dtype.str, "b64": base64.b64encode(value.tobytes()).decode("ascii")}
+    if isinstance(value, list):
+        return [encode_value(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$": "tuple", "items": [encode_value(v) for v in value]}
+    if isinstance(value, dict):
+        return {"$": "dict", "items": [[encode_value(k), encode_value(v)] for k, v in value.items()]}
+    if isinstance(value, bytes):
+        return {"$": "bytes", "b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, ArrowTable):
+        return {"$": "arrow", "b64": base64.b64encode(value.ipc).decode("ascii")}
+    name = type(value).__name__
+    if name in _RECORDS and type(value) is _RECORDS[name]:
+        return {"$": "rec", "type": name, "fields": {k: encode_value(v) for k, v in value.__dict__.items()}}
+    raise WireError(f"{type(value).__module__}.{type(value).__qualname__} cannot travel on the judge's wire")
+
+
+def _b64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise WireError("binary data must be base64 text")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise WireError(f"bad base64 data: {exc}") from None
+
+
+def _dtype(text: Any) -> np.dtype:
+    try:
+        dtype = np.dtype(text) if isinstance(text, str) and len(text) <= 8 else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.name not in PLAIN_DTYPES:
+        raise WireError(f"dtype {text!r} is not allowed on the judge's wire")
+    return dtype
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > 8 or not all(isinstance(n, int) and 0 <= n for n in value):
+        raise WireError(f"bad array shape {value!r}")
+    return tuple(value)
+
+
+def decode_value(data: Any, *, allow_arrow: bool = False) -> Any:
+    """The value ``data`` (from :func:`encode_value`) stands for; only data types come back.
+
+    Args:
+        data: parsed JSON.
+        allow_arrow: accept :class:`ArrowTable` (the kernel's side only; the judge never
+            decodes Arrow data from a kernel).
+
+    Raises:
+        WireError: for anything the protocol does not allow.
+    """
+    if data is None or isinstance(data, (bool, str, int, float)):
+        return data
+    if isinstance(data, list):
+        return [decode_value(v, allow_arrow=allow_arrow) for v in data]
+    if not isinstance(data, dict):
+        raise WireError(f"unexpected JSON value of type {type(data).__name__}")
+    tag = data.get("$")
+    if tag == "float":
+        if data.get("v") not in ("nan", "inf", "-inf"):
+            raise WireError("bad float")
+        return float(data["v"])
+    if tag == "nd":
+        shape = _shape(data.get("shape"))
+        size = int(np.prod(shape)) if shape else 1
+        if data.get("dtype") in ("str", "object"):
+            items = data.get("items")
+            if not isinstance(items, list) or len(items) != size:
+                raise WireError("array items do not match the shape")
+            values = [decode_value(v, allow_arrow=allow_arrow) for v in items]
+            if data["dtype"] == "str":
+                if not all(isinstance(v, str) for v in values):
+                    raise WireError("a string array holds something else")
+                return np.array(values, dtype=str).reshape(shape) if values else np.zeros(shape, dtype=str)
+            out = np.empty(size, dtype=object)
+            for i, v in enumerate(values):
+                out[i] = v
+            return out.reshape(shape)
+        dtype = _dtype(data.get("dtype"))
+        raw = _b64(data.get("b64"))
+        if len(raw) != size * dtype.itemsize:
+            raise WireError("array bytes do not match its shape and dtype")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    if tag == "np":
+        dtype = _dtype(data.get("dtype"))
+        raw = _b64(data.get("b64"))
+        if len(raw) != dtype.itemsize:
+            raise WireError("scalar bytes do not match its dtype")
+        return np.frombuffer(raw, dtype=dtype)[0]
+    if tag == "tuple":
+        items = data.get("items")
+        if not isinstance(items, list):
+            raise WireError("bad tuple")
+        return tuple(decode_value(v, allow_arrow=allow_arrow) for v in items)
+    if tag == "dict":
+        items = data.get("items")
+        if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2 for p in items):
+            raise WireError("bad dict")
+        out = {}
+        for k, v in items:
+            key = decode_value(k, allow_arrow=allow_arrow)
+            if not isinstance(key, (str, int, float, bool, tuple, type(None))) and not isinstance(key, np.generic):
+                raise WireError("a dict key must be a number, string or tuple")
+            try:
+                out[key] = decode_value(v, allow_arrow=allow_arrow)
+            except TypeError:
+                raise WireError("a dict key that cannot be hashed") from None
+        return out
+    if tag == "bytes":
+        return _b64(data.get("b64"))
+    if tag == "arrow":
+        if not allow_arrow:
+            raise WireError("Arrow data is accepted only by the kernel")
+        return ArrowTable(_b64(data.get("b64")))
+    if tag == "rec":
+        cls = _RECORDS.get(data.get("type"))
+        fields = data.get("fields")
+        if cls is None or not isinstance(fields, dict):
+            raise WireError(f"unknown record {data.get('type')!r}")
+        values = {k: decode_value(v, allow_arrow=allow_arrow) for k, v in fields.items()}
+        return _record(cls, values)
+    raise WireError(f"unknown value tag {tag!r}")
+
+
+def text_field(value: Any, what: str) -> str:
+    """``value`` if it is text (cut to :data:`MAX_TEXT_CHARS`).
+
+    Raises:
+        WireError: if it is not text.
+    """
+    if not isinstance(value, str):
+        raise WireError(f"{what} must be text")
+    return value[:MAX_TEXT_CHARS]
+
+
+def _record(cls, values: dict):
+    try:
+        if cls is KernelRef:
+            attrs = values.get("attrs", ())
+            if not isinstance(attrs, (tuple, list)) or not all(isinstance(a, str) for a in attrs):
+                raise WireError("bad attribute path")
+            return KernelRef(text_field(values["root"], "root"), text_field(values["name"], "name"), tuple(attrs))
+        if cls is TypeInfo:
+            mro = values.get("mro", ())
+            if not isinstance(mro, (tuple, list)):
+                raise WireError("bad MRO")
+            return TypeInfo(text_field(values["module"], "module"), text_field(values["qualname"], "qualname"),
+                            tuple(text_field(m, "MRO entry") for m in mro[:64]), text_field(values.get("text", ""), "text"))
+        if cls in (TableData, FrameData):
+            second = "types" if cls is TableData else "dtypes"
+            names, kinds, columns = values["names"], values[second], values["columns"]
+            if not (isinstance(names, tuple) and isinstance(kinds, tuple) and isinstance(columns, tuple)
+                    and len(names) == len(kinds) == len(columns)):
+                raise WireError("a table's names, types and columns must match")
+            if not all(isinstance(c, (np.ndarray, list)) for c in columns):
+                raise WireError("a table column must be an array or a list")
+            if len({len(c) for c in columns}) > 1:
+                raise WireError("a table's columns must have the same length")
+            return cls(tuple(text_field(n, "column name") for n in names), tuple(text_field(t, "type") for t in kinds),
+                       columns)
+        if cls is TensorData:
+            shape = values["shape"]
+            if not isinstance(shape, tuple) or not all(isinstance(n, int) for n in shape):
+                raise WireError("bad tensor shape")
+            tensor_values = values.get("values")
+            if tensor_values is not None and not isinstance(tensor_values, np.ndarray):
+                raise WireError("tensor values must be an array")
+            return TensorData(text_field(values["dtype"], "dtype"), shape, text_field(values["device"], "device"),
+                              tensor_values)
+        if cls is DatasetData:
+            blocks = values.get("blocks", ())
+            if not isinstance(values["type"], TypeInfo) or not isinstance(blocks, tuple) or not all(
+                    isinstance(b, TableData) for b in blocks):
+                raise WireError("bad dataset record")
+            num_blocks = values.get("num_blocks")
+            if num_blocks is not None and (not isinstance(num_blocks, int) or isinstance(num_blocks, bool)):
+                raise WireError("bad num_blocks")
+            return DatasetData(values["type"], blocks, num_blocks)
+    except KeyError as exc:
+        raise WireError(f"{cls.__name__} lacks field {exc}") from None
+    raise WireError(f"unknown record {cls.__name__}")

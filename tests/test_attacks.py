@@ -1,0 +1,218 @@
+"""The attack class, graded in the sandbox: every hostile vector fails, and the run holds.
+
+``autograder/fixtures/attack_class.py`` builds one honest student (``zoe``, graded first) and
+the attackers (graded next into the same folder). For every attacker the test checks the
+expected status and per-cell scores, and for the run as a whole that:
+
+- nothing secret reached a file a student could see or the kernel could print: no oracle code
+  line and no reference-answer line (a student's own submitted lines excepted) in feedback,
+  notes, repair logs, the CSV, the summary, the autograded notebooks or the logs;
+- the honest student's files and row are byte for byte what they were, and the oracles too;
+- no process, file, cgroup or shared-memory segment outlived its notebook, and a daemon that
+  wanted to rewrite the grades after the run could not;
+- every feedback page is inert (no script, event handler or ``javascript:`` URL from a
+  submission) and small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from raydata_course.units import GiB, MiB
+from raydata_grader.bundle import find_secrets, html_text, secret_lines
+from raydata_grader.grade import GradeOptions, grade_class
+from raydata_grader.judge import oracle_digests
+from raydata_grader.paths import oracles_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "autograder" / "fixtures" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _ActiveContent(HTMLParser):
+    """Collects what in a page could run: script bodies, event-handler attributes, javascript: URLs."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_script = tag == "script"
+        if tag in ("iframe", "object", "embed"):
+            self.found.append(f"<{tag}>")
+        for name, value in attrs:
+            value = (value or "").strip().lower()
+            if name.lower().startswith("on"):
+                self.found.append(f"{tag} {name}={value[:60]}")
+            if name.lower() in ("href", "src", "action", "xlink:href") and value.startswith("javascript:"):
+                self.found.append(f"{tag} {name}={value[:60]}")
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script and ("rdg-payload" in data or "alert(" in data):
+            self.found.append(f"script: {data.strip()[:80]}")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _readable(path: Path) -> str:
+    """A file's text as a reader sees it: a notebook's sources and outputs, a page's text and markup."""
+    raw = path.read_text(errors="replace")
+    if path.suffix == ".ipynb":
+        try:
+            nb = nbformat.reads(raw, as_version=4)
+        except Exception:  # noqa: BLE001 - a submission need not be a notebook
+            return raw
+        parts = []
+        for cell in nb.cells:
+            parts.append(cell.get("source", ""))
+            for output in cell.get("outputs", []):
+                parts.append(output.get("text", "") + output.get("evalue", "") + "\n".join(output.get("traceback", [])))
+                parts += [v if isinstance(v, str) else json.dumps(v) for v in output.get("data", {}).values()]
+        return "\n".join(parts)
+    if path.suffix == ".html":
+        return html_text(raw) + "\n" + raw
+    return raw
+
+
+def _digest_tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _student_files(out: Path, student: str) -> dict[str, str]:
+    found = {}
+    for top in ("feedback", "notes", "submitted", "autograded", "received", "work"):
+        folder = out / top / student
+        if folder.is_dir():
+            found.update({f"{top}/{k}": v for k, v in _digest_tree(folder).items()})
+    repairs = out / "repairs" / f"{student}.md"
+    if repairs.is_file():
+        found["repairs"] = hashlib.sha256(repairs.read_bytes()).hexdigest()
+    return found
+
+
+def _orphan_kernels() -> list[str]:
+    """Kernels whose sandbox folder is gone: they outlived their notebook."""
+    orphans = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "ipykernel_launcher" in cmd and "-f" in cmd:
+            connection = Path(cmd[cmd.index("-f") + 1])
+            if str(connection).startswith("/tmp/rdg-") and not connection.parent.exists():
+                orphans.append(f"{proc.pid}: {' '.join(cmd)[:200]}")
+        elif any("rdg-payload" in part for part in cmd):
+            orphans.append(f"{proc.pid}: {' '.join(cmd)[:200]}")
+    return orphans
+
+
+def test_grade_the_attack_class(tmp_path, sandbox_support):
+    attacks = _load("attack_class")
+    folder = attacks.build_attack_class(tmp_path / "class")
+    out = tmp_path / "grading"
+    options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True)
+    oracles_before = oracle_digests(oracles_dir())
+
+    rows = grade_class(folder / "honest", out, options)
+    honest = rows[(attacks.HONEST, attacks.ASSIGNMENT)]
+    assert honest.status == "graded" and honest.score == honest.max_score == 12, honest
+    honest_files = _student_files(out, attacks.HONEST)
+
+    start = time.monotonic()
+    rows = grade_class(folder / "attackers", out, options)
+    wall_s = time.monotonic() - start
+    print(f"\nattack class: {len(rows)} rows in {wall_s:.0f} s")
+    for (student, assignment), row in sorted(rows.items()):
+        print(f"  {student:8} {assignment} {row.status:8} {row.score:4g}/{row.max_score:g}  {row.message[:120]}")
+
+    # ---- every vector failed: the expected status and scores, and the run completed
+    problems = []
+    for attack in attacks.ATTACKS:
+        row = rows.get((attack.student, attacks.ASSIGNMENT))
+        if row is None:
+            problems.append(f"{attack.student}: no row")
+            continue
+        if row.status != attack.status or attack.message not in row.message:
+            problems.append(f"{attack.student}: {row.status} ({row.message[:200]}), expected {attack.status} "
+                            f"with {attack.message!r}")
+            continue
+        if attack.lost is None:
+            if row.score != 0:
+                problems.append(f"{attack.student}: scored {row.score}, expected 0")
+            continue
+        lost = {cell for cell, (s, m) in row.cells.items() if s < m}
+        if lost != set(attack.lost) or len(row.cells) != 8:
+            problems.append(f"{attack.student}: lost {sorted(lost)}, expected to lose {sorted(attack.lost)}")
+    assert not problems, "\n".join(problems)
+    assert ("bob", attacks.ASSIGNMENT) not in rows, "alice.zip became bob's submission"
+    assert rows[(attacks.HONEST, attacks.ASSIGNMENT)] == honest, "the honest student's row changed"
+
+    # ---- nothing secret reached anything a student or a kernel could see: no oracle code line,
+    # and no reference-answer line that the student did not submit themselves
+    secrets = secret_lines(ROOT)
+    own = {student: _readable(p) for student in {a.student for a in attacks.ATTACKS} | {attacks.HONEST}
+           for p in [next((out / "received" / student).rglob("*.ipynb"), None)] if p is not None}
+    leaks = []
+    shared = [out / "grades.csv", out / "grades.json", out / "summary.md"]
+    per_student = [p for top in ("feedback", "notes", "autograded", "repairs", "work")
+                   for p in (out / top).rglob("*") if p.is_file()]
+    for path in shared + per_student:
+        student = next((s for s in own if s in path.parts or path.name == f"{s}.md"), None)
+        mine = _norm(own.get(student, ""))
+        kept = {k: {ln for ln in lines if ln not in mine} for k, lines in secrets.items()}
+        found = find_secrets(_readable(path), kept, markers=())
+        if found:
+            leaks.append(f"{path.relative_to(out)}: {found[:3]}")
+    assert not leaks, "secret lines reached student-visible files:\n" + "\n".join(leaks)
+
+    # ---- the honest student, the oracles, the gradebook: untouched
+    assert _student_files(out, attacks.HONEST) == honest_files, "an attacker changed the honest student's files"
+    assert oracle_digests(oracles_dir()) == oracles_before, "an attacker changed the oracles"
+
+    # ---- every job ended completely
+    assert not _orphan_kernels(), _orphan_kernels()
+    assert not list(Path("/dev/shm").glob("rdg-payload*")) and not Path("/tmp/rdg-payload-tmp").exists()
+    for result in (out / "work").rglob("result.json"):
+        sandbox = json.loads(result.read_text()).get("sandbox", {})
+        assert sandbox.get("level") in ("root", "user"), f"{result}: graded without a sandbox"
+        assert not Path(sandbox["base_dir"]).exists(), f"{result}: the sandbox folder outlived the notebook"
+        assert not any(Path(d).exists() for d in sandbox.get("cgroup_dirs", [])), f"{result}: a cgroup outlived it"
+    grades = (out / "grades.json").read_text()
+    time.sleep(3)
+    assert (out / "grades.json").read_text() == grades and "rdg-payload" not in grades
+
+    # ---- pages are inert and small
+    for page in (out / "feedback").rglob("*.html"):
+        text = page.read_text()
+        assert len(text) < 2 * MiB, f"{page} is {len(text):,} characters"
+        scanner = _ActiveContent()
+        scanner.feed(text)
+        assert not [f for f in scanner.found if "rdg-payload" in f or "alert(" in f or "javascript:" in f
+                    or f.startswith("<")], f"{page}: {scanner.found[:5]}"
+    mallory = html_text((out / "feedback" / "mallory" / "data01" / "data01.html").read_text())
+    assert "rdg-payload" in mallory, "the escaped payloads should still be readable as text"
+    csv_text = (out / "grades.csv").read_text()
+    assert "=HYPERLINK" not in csv_text.replace("'=HYPERLINK", "")

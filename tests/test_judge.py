@@ -1,0 +1,333 @@
+"""The judge and its wire, without nbgrader or Ray: what may cross, and how a session ends.
+
+A kernel's side (:func:`raydata_course.judging.kernel.serve`) runs in a thread of this
+process against a :class:`raydata_grader.judge.Judge`, on a Unix socket in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from raydata_course.judging import wire
+from raydata_course.judging.kernel import serve, to_data
+from raydata_grader import judge as judge_module
+from raydata_grader.judge import Judge, judges, load_checks
+from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook
+from raydata_grader.remote import KernelRaised
+
+
+# ------------------------------------------------------------------------------ the wire
+
+
+def _roundtrip(value):
+    frame = wire.encode_message(wire.Value(1, value))
+    assert struct.unpack(">I", frame[:4])[0] == len(frame) - 4
+    return wire.decode_message(frame[4:]).value
+
+
+def test_data_values_travel_with_their_types():
+    value = {"i": 3, "f": 2.5, "nan": float("nan"), "s": "x", "b": True, "n": None, "t": (1, "a"),
+             "l": [1, [2]], "f32": np.arange(4, dtype=np.float32).reshape(2, 2), "u8": np.uint8(7),
+             "strs": np.array(["a", "bc"]), "obj": np.array([np.arange(2), np.arange(3)], dtype=object),
+             7: "int key", "raw": b"\x00\x01"}
+    got = _roundtrip(value)
+    assert got["i"] == 3 and got["s"] == "x" and got["t"] == (1, "a") and got[7] == "int key"
+    assert np.isnan(got["nan"]) and got["raw"] == b"\x00\x01"
+    assert got["f32"].dtype == np.float32 and got["f32"].shape == (2, 2) and got["f32"].flags.writeable
+    assert isinstance(got["u8"], np.uint8) and got["u8"] == 7
+    assert got["strs"].tolist() == ["a", "bc"] and [a.tolist() for a in got["obj"]] == [[0, 1], [0, 1, 2]]
+    record = wire.TableData(("a",), ("int64",), (np.arange(3),))
+    assert _roundtrip(record).column("a").tolist() == [0, 1, 2]
+
+
+def _frame(payload) -> bytes:
+    return json.dumps(payload).encode()
+
+
+@pytest.mark.parametrize("payload,why", [
+    ({"msg": "Exec", "code": "import os"}, "unknown message type"),
+    ({"msg": "Value", "id": 1, "value": {"$": "nd", "dtype": "|O", "shape": [1], "b64": ""}}, "not allowed"),
+    ({"msg": "Value", "id": 1, "value": {"$": "nd", "dtype": "<f8", "shape": [3], "b64": base64.b64encode(b"12").decode()}},
+     "do not match"),
+    ({"msg": "Value", "id": 1, "value": {"$": "nd", "dtype": "<f8", "shape": [1], "b64": "not base64!"}}, "base64"),
+    ({"msg": "Value", "id": 1, "value": {"$": "rec", "type": "Popen", "fields": {}}}, "unknown record"),
+    ({"msg": "Value", "id": 1, "value": {"$": "arrow", "b64": ""}}, "only by the kernel"),
+    ({"msg": "Value", "id": 1, "value": {"$": "dict", "items": [[[1], 2]]}}, "dict key"),
+    ({"msg": "Value", "id": "1", "value": 0}, "integer"),
+    ({"msg": "Value", "id": 1, "value": 0, "extra": 1}, "unknown fields"),
+    ({"msg": "Kept", "id": 1, "type": "not a record"}, "TypeInfo"),
+    ([1, 2], "JSON object"),
+])
+def test_the_judge_refuses_what_the_protocol_does_not_allow(payload, why):
+    with pytest.raises(wire.WireError, match=why):
+        wire.decode_message(_frame(payload))
+
+
+def test_deep_nesting_and_garbage_are_refused():
+    deep = '{"msg": "Value", "id": 1, "value": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(wire.WireError):
+        wire.decode_message(deep.encode())
+    with pytest.raises(wire.WireError, match="not JSON"):
+        wire.decode_message(b"\xff\xfe garbage")
+
+
+def test_an_oversized_frame_is_refused_before_it_is_read():
+    a, b = socket.socketpair()
+    try:
+        a.sendall(struct.pack(">I", wire.MAX_FRAME_BYTES + 1))
+        with pytest.raises(wire.WireError, match="over the"):
+            wire.recv_message(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_objects_with_behaviour_cannot_be_encoded():
+    class Sneaky:
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(wire.WireError, match="cannot travel"):
+        wire.encode_message(wire.Value(1, Sneaky()))
+
+
+def test_the_kernel_sends_data_not_objects():
+    import torch
+
+    @dataclass
+    class Event:
+        what: str
+        n: int
+
+    table = pa.table({"x": [1, 2], "s": ["a", None]})
+    frame = pd.DataFrame({"x": [1.5, 2.5], "s": ["a", "b"]})
+    data = to_data({"table": table, "frame": frame, "tensor": torch.zeros(2, 3), "meta": torch.zeros(2, device="meta"),
+                    "event": Event("load", 2), "other": object()})
+    assert data["table"].column("x").tolist() == [1, 2] and data["table"].column("s") == ["a", None]
+    assert data["frame"].column("s") == ["a", "b"] and data["frame"].dtypes[0] == "float64"
+    assert data["tensor"].dtype == "float32" and data["tensor"].shape == (2, 3) and data["tensor"].values.shape == (2, 3)
+    assert data["meta"].device == "meta" and data["meta"].values is None
+    assert data["event"] == {"what": "load", "n": 2}
+    assert isinstance(data["other"], wire.TypeInfo) and data["other"].qualname == "object"
+    _roundtrip(data)  # every part of it travels
+
+
+# ------------------------------------------------------------------------------ sessions
+
+
+def _judge(tmp_path, **checks):
+    return Judge(checks, tmp_path / "judge.sock")
+
+
+def _serve(judge, session, namespace):
+    """Run the kernel's side and wait for it, as the executor waits for the grader's line."""
+    thread, result = _serve_in_thread(judge, session, namespace)
+    thread.join(60)
+    return result
+
+
+def _serve_in_thread(judge, session, namespace):
+    result = {}
+
+    def run():
+        try:
+            result["passed"] = serve(judge.socket_path, session.nonce, namespace=namespace)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+@judges("a_hidden")
+def _check_double(k):
+    assert k.call("double", 21) == 42, "On another number, double is wrong."
+    table = k.call(k.module("pyarrow").table, {"y": [1.5, 2.5]})
+    assert table.type_of("y") == "double"
+
+
+def test_a_session_runs_the_check_on_the_kernels_answers(tmp_path):
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    for double, passed, message in ((lambda x: 2 * x, True, ""), (lambda x: x, False, "On another number, double is wrong.")):
+        session = judge.open("a_hidden", 30)
+        result = _serve(judge, session, {"double": double})
+        verdict = judge.close(session)
+        assert (verdict.passed, verdict.message) == (passed, message)
+        assert result == {"passed": passed} and verdict.requests >= 2
+    judge.shutdown()
+    assert not judge.socket_path.exists()
+
+
+def test_the_students_exception_is_reported_in_words(tmp_path):
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    session = judge.open("a_hidden", 30)
+    _serve(judge, session, {"double": lambda x: 1 / 0})
+    verdict = judge.close(session)
+    assert not verdict.passed and "your code raised ZeroDivisionError: division by zero" in verdict.message
+    session = judge.open("a_hidden", 30)
+    _serve(judge, session, {})
+    assert "name 'double' is not defined in your notebook" in judge.close(session).message
+
+
+def test_a_cell_the_judge_never_heard_from_fails(tmp_path):
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    session = judge.open("a_hidden", 2)
+    verdict = judge.close(session, grace_s=0.5)
+    assert not verdict.passed and "never heard from this cell" in verdict.message
+    assert judge.verdicts["a_hidden"] is verdict
+
+
+def test_a_wrong_nonce_is_ignored_and_the_right_one_judged(tmp_path):
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    session = judge.open("a_hidden", 30)
+    impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    impostor.connect(str(judge.socket_path))
+    wire.send_message(impostor, wire.Hello("not-the-nonce"))
+    _serve(judge, session, {"double": lambda x: 2 * x})
+    assert judge.close(session).passed
+    impostor.close()
+
+
+def test_a_full_accept_queue_does_not_cost_the_next_cell_its_verdict(tmp_path, monkeypatch):
+    """While the judge waits on a silent connection, a flood fills its accept queue, and a Unix
+    socket with a full queue refuses a connect at once: the kernel's side tries again."""
+    monkeypatch.setattr(judge_module, "HELLO_TIMEOUT_S", 1.0)
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    session = judge.open("a_hidden", 30)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(str(judge.socket_path))  # holds the session's thread for HELLO_TIMEOUT_S
+    time.sleep(0.2)
+    queued = []
+    while len(queued) < 256:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(str(judge.socket_path))
+        except BlockingIOError:
+            sock.close()
+            break
+        sock.sendall(b"\xff" * 4 + b"garbage")
+        queued.append(sock)
+    assert len(queued) < 256, "the accept queue never filled"
+    result = _serve(judge, session, {"double": lambda x: 2 * x})
+    assert result == {"passed": True} and judge.close(session).passed
+    for sock in [silent, *queued]:
+        sock.close()
+
+
+def test_a_kernel_that_hangs_up_or_sends_garbage_fails_its_cell(tmp_path):
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    session = judge.open("a_hidden", 30)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(judge.socket_path))
+    wire.send_message(sock, wire.Hello(session.nonce))
+    wire.recv_message(sock, allow_arrow=True)  # the first call
+    sock.close()
+    verdict = judge.close(session)
+    assert not verdict.passed and "did not finish" in verdict.message
+    session = judge.open("a_hidden", 30)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(judge.socket_path))
+    wire.send_message(sock, wire.Hello(session.nonce))
+    request = wire.recv_message(sock, allow_arrow=True)
+    sock.sendall(struct.pack(">I", 9) + b'{"msg":1}')
+    verdict = judge.close(session)
+    assert not verdict.passed and "cannot read as data" in verdict.message and request.id == 1
+    sock.close()
+
+
+def test_a_check_that_meets_odd_data_fails_the_cell_without_breaking(tmp_path):
+    @judges("b_hidden")
+    def check(k):
+        got = k.call("counts")
+        assert sorted(got) == [1, 2], "wrong counts"
+
+    judge = _judge(tmp_path, b_hidden=check)
+    session = judge.open("b_hidden", 30)
+    _serve(judge, session, {"counts": lambda: [1, "x", None]})
+    verdict = judge.close(session)
+    assert not verdict.passed and "unexpected kind" in verdict.message and "TypeError" in verdict.detail
+
+
+def test_the_per_cell_limit_ends_a_session(tmp_path):
+    @judges("c_hidden")
+    def check(k):
+        k.call("slow")
+
+    judge = _judge(tmp_path, c_hidden=check)
+    session = judge.open("c_hidden", 1.5)
+    thread, _ = _serve_in_thread(judge, session, {"slow": lambda: time.sleep(5)})
+    time.sleep(2)  # the cell's per-cell limit passes while the kernel is busy
+    verdict = judge.close(session)
+    assert not verdict.passed and "did not finish" in verdict.message and verdict.seconds < 4
+
+
+def test_raised_errors_can_be_expected_by_a_check(tmp_path):
+    @judges("d_hidden")
+    def check(k):
+        try:
+            k.call("pool_for", 0)
+        except KernelRaised as exc:
+            assert exc.is_a("ValueError"), "must raise ValueError"
+        else:
+            raise AssertionError("must raise")
+
+    def pool_for(n):
+        raise ValueError("no CPU")
+
+    judge = _judge(tmp_path, d_hidden=check)
+    session = judge.open("d_hidden", 30)
+    _serve(judge, session, {"pool_for": pool_for})
+    assert judge.close(session).passed
+
+
+# ------------------------------------------------------------------------------ the oracles
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_grade_cell_has_exactly_one_check(assignment):
+    checks = load_checks(assignment, oracles_dir())
+    release = nbformat.read(release_notebook(assignment), as_version=4)
+    grade_cells = {c.metadata["nbgrader"]["grade_id"] for c in release.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert set(checks) == grade_cells
+    assert all(fn.__doc__ is None or isinstance(fn.__doc__, str) for fn in checks.values())
+
+
+# ------------------------------------------------------------------------------ integrity
+
+
+def test_the_grader_notices_a_changed_gradebook_or_oracle(tmp_path):
+    from nbgrader.api import Gradebook
+
+    from raydata_grader.course_dir import prepare_course_dir
+    from raydata_grader.integrity import gradebook_problems, oracle_changes
+    from raydata_grader.judge import oracle_digests
+
+    course = prepare_course_dir(tmp_path / "course", ("data01",))
+    release = nbformat.read(release_notebook("data01", course), as_version=4)
+    assert gradebook_problems(course, "data01", release) == []
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        cell = gb.find_source_cell("block_row_counts_visible", "data01", "data01")
+        cell.source = "pass  # a test that always passes"
+        gb.db.commit()
+    assert gradebook_problems(course, "data01", release) == [
+        "the gradebook's copy of cell 'block_row_counts_visible' differs from the release"]
+    (tmp_path / "oracles").mkdir()
+    (tmp_path / "oracles" / "data01.py").write_text("x = 1\n")
+    before = oracle_digests(tmp_path / "oracles")
+    (tmp_path / "oracles" / "data01.py").write_text("x = 2\n")
+    (tmp_path / "oracles" / "data09.py").write_text("")
+    assert oracle_changes(before, oracle_digests(tmp_path / "oracles")) == ["data01.py changed", "data09.py was added"]
