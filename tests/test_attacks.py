@@ -200,6 +200,10 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
         assert sandbox.get("level") in ("root", "user"), f"{result}: graded without a sandbox"
         assert not Path(sandbox["base_dir"]).exists(), f"{result}: the sandbox folder outlived the notebook"
         assert not any(Path(d).exists() for d in sandbox.get("cgroup_dirs", [])), f"{result}: a cgroup outlived it"
+    if sandbox_support.level == "root":  # the connection folder was locked before the first cell
+        lia = nbformat.read(out / "autograded" / "lia" / attacks.ASSIGNMENT / f"{attacks.ASSIGNMENT}.ipynb", 4)
+        printed = "".join(o.get("text", "") for c in lia.cells for o in c.get("outputs", []))
+        assert "rdg-ipc-refused" in printed and "rdg-ipc-wrote" not in printed, printed[-2000:]
     grades = (out / "grades.json").read_text()
     time.sleep(3)
     assert (out / "grades.json").read_text() == grades and "rdg-payload" not in grades

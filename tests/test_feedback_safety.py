@@ -269,6 +269,40 @@ def test_sanitize_html_takes_effect_and_markdown_cells_need_inert_markdown(cours
     assert_inert(Page(write_feedback(course, _row(), "", True).read_text()))
 
 
+def test_markdown_is_capped_before_it_is_rendered():
+    """Nested tags make rendering and cleaning grow faster than the text (300,000 characters of
+    ``<div>`` took minutes): every markdown cell, and the notebook's markdown in all, is cut first."""
+    from raydata_grader.feedback import MAX_MARKDOWN_CELL_CHARS, MAX_MARKDOWN_NOTEBOOK_CHARS
+
+    nb = new_notebook(cells=[new_markdown_cell("<div>" * 60_000)]
+                      + [new_markdown_cell("x" * MAX_MARKDOWN_CELL_CHARS) for _ in range(12)]
+                      + [new_markdown_cell("*last words*")])
+    nb, _ = InertMarkdown().preprocess(nb, {})
+    lengths = [len(c.source) for c in nb.cells]  # rendered and escaped: a few times the text kept
+    assert max(lengths) < 3 * MAX_MARKDOWN_CELL_CHARS, lengths
+    assert sum(lengths) < 3 * MAX_MARKDOWN_NOTEBOOK_CHARS, sum(lengths)
+    assert lengths[-2] < 1_000, "the notebook's budget was spent: later cells keep only the note"
+    assert "more characters of this cell are not shown" in nb.cells[0].source
+    assert "12 more characters" in nb.cells[-1].source  # the notebook's budget is spent by then
+
+
+def test_error_outputs_count_against_the_notebooks_output_cap():
+    """A kernel can publish many error messages in one cell: they count like any output, and
+    only each cell's last error (the judge's verdict, or what ended the cell) always stays."""
+    from raydata_grader.nbgrader_steps import LimitOutputSize
+
+    def error(text):
+        return new_output("error", ename="RuntimeError", evalue=text, traceback=[text, text])
+
+    cells = [new_code_cell("pass", outputs=[error("rdg " * 25_000) for _ in range(30)]
+                           + [error("the verdict")]) for _ in range(10)]
+    nb, _ = LimitOutputSize(max_chars=20_000, max_notebook_chars=200_000).preprocess(new_notebook(cells=cells), {})
+    total = sum(len(o["evalue"]) + sum(map(len, o["traceback"])) for c in nb.cells for o in c.outputs)
+    assert total <= 200_000 + 10 * 20_000 * 2, total
+    assert all(c.outputs[-1]["evalue"] == "the verdict" for c in nb.cells)
+    assert all(len(c.outputs) < 5 for c in nb.cells), [len(c.outputs) for c in nb.cells]
+
+
 def test_plain_feedback_escapes_every_field():
     row = _row(status="graded<b onmouseover=alert('status')>", student="eve", assignment="ps1<i onclick=x>")
     page = Page(_plain_feedback(row))

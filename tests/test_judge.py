@@ -83,6 +83,17 @@ def test_deep_nesting_and_garbage_are_refused():
         wire.decode_message(b"\xff\xfe garbage")
 
 
+def test_a_small_frame_cannot_decode_into_a_huge_string_array():
+    """NumPy stores strings at the longest one's width: 600 items, one of a million characters,
+    would be 2.4 GB decoded from a 1 MB frame."""
+    from raydata_course.judging.values import decode_value
+
+    with pytest.raises(wire.WireError, match="would take"):
+        decode_value({"$": "nd", "shape": [600], "dtype": "str", "items": ["x" * 1_000_000] + [""] * 599})
+    small = decode_value({"$": "nd", "shape": [2], "dtype": "str", "items": ["ab", "c"]})
+    assert small.tolist() == ["ab", "c"] and small.dtype.kind == "U"
+
+
 def test_an_oversized_frame_is_refused_before_it_is_read():
     a, b = socket.socketpair()
     try:

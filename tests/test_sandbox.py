@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -203,6 +204,11 @@ def test_a_sandboxed_kernel_runs_is_interrupted_and_leaves_nothing(tmp_path):
         "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         f"        os.execvp('sleep', ['sleep', '600', '{marker}'])\n    os._exit(0)\n"
         "time.sleep(0.5); print('daemon started')",
+        # the connection folder is the one host folder the kernel wrote to (at start-up only)
+        "import sys\nfolder = os.path.dirname(sys.argv[sys.argv.index('-f') + 1])\n"
+        "for target in (os.path.join(folder, 'big'), sys.argv[sys.argv.index('-f') + 1]):\n"
+        "    try:\n        open(target, 'ab').write(b'x' * 1024)\n        print('wrote')\n"
+        "    except PermissionError:\n        print('refused')",
     )])
     jail = KernelJail(SUPPORT, SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-kernel"))
     with jail:
@@ -217,6 +223,34 @@ def test_a_sandboxed_kernel_runs_is_interrupted_and_leaves_nothing(tmp_path):
     assert outputs[0] == [f"{SANDBOX_UID}\n"], outputs
     assert any("KeyboardInterrupt" in o or "CellTimeoutError" in o for o in outputs[1]), outputs[1]
     assert outputs[2] == ["still alive\n"] and "daemon started\n" in outputs[3], outputs
+    if SUPPORT.level == "root":  # under a user namespace the kernel is the grader's own user
+        assert "".join(outputs[4]) == "refused\nrefused\n", outputs[4]
     time.sleep(0.5)
     assert not [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
     assert not Path(f"/dev/shm/{marker}").exists() and not jail.base_dir.exists()
+
+
+def test_remove_tree_removes_a_tree_deeper_than_the_recursion_limit(tmp_path):
+    """A kernel can nest folders past ``shutil.rmtree``'s recursion; the clean-up still removes them."""
+    from raydata_grader.sandbox import remove_tree
+
+    top = tmp_path / "deep"
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        os.mkdir("deep", dir_fd=fd)
+        here = os.open("deep", os.O_RDONLY, dir_fd=fd)
+        for _ in range(sys.getrecursionlimit() + 200):
+            os.mkdir("d", dir_fd=here)
+            nxt = os.open("d", os.O_RDONLY, dir_fd=here)
+            os.close(here)
+            here = nxt
+        with open(os.open("leftover", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=here), "wb") as f:
+            f.write(b"x" * 1024)
+        os.close(here)
+    finally:
+        os.close(fd)
+    with pytest.raises(RecursionError):
+        shutil.rmtree(top)
+    remove_tree(top)
+    assert not top.exists()
+    remove_tree(top)  # a missing folder is not an error

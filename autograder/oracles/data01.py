@@ -98,12 +98,22 @@ def check_block_row_counts(k):
 # ------------------------------------------------------------------------------ part B
 
 
+def _check_block_count(data, what: str) -> None:
+    """``num_blocks()`` as the kernel reported it must be the number of blocks it sent (the
+    count is a claim; the blocks are the dataset's own ``to_arrow_refs()``)."""
+    assert data.num_blocks == len(data.blocks), (
+        f"On {what}, the dataset's num_blocks() says {data.num_blocks} but it holds {len(data.blocks)} blocks: "
+        "return the dataset Ray built, unchanged."
+    )
+
+
 def _check_blocks(data, num_rows: int, num_blocks: int, what: str) -> None:
     assert data.type.is_a("MaterializedDataset"), (
         f"make_blocks must return a materialized dataset (call .materialize()); it returned a "
         f"{data.type.qualname} (failed on {what})."
     )
-    assert data.num_blocks == num_blocks, (
+    _check_block_count(data, what)
+    assert len(data.blocks) == num_blocks, (
         f"On {what}, the dataset does not have exactly the requested number of blocks. "
         "override_num_blocks is a hint; repartition gives an exact count."
     )
@@ -121,7 +131,8 @@ def _check_blocks(data, num_rows: int, num_blocks: int, what: str) -> None:
 def visible_make_blocks(k):
     data = k.value("ds_b", "dataset")
     assert data.type.is_a("MaterializedDataset"), "make_blocks must return a materialized dataset (call .materialize())"
-    assert data.num_blocks == 4, "asked for 4 blocks"
+    _check_block_count(data, "the visible test's dataset")
+    assert len(data.blocks) == 4, "asked for 4 blocks"
     assert sum(data.block_num_rows) == 100, "asked for 100 rows"
     assert {b.names for b in data.blocks if b.num_rows} == {("id",)}, "the only column must be 'id'"
 
@@ -184,6 +195,12 @@ def visible_write_files(k):
 
 @judges("write_files_hidden")
 def check_write_files(k):
+    """Other file counts: the paths returned, the files' contents and count are checked here.
+
+    Trusts the kernel on one thing: that Ray Data's workers wrote the files, not the driver
+    (``call_without_driver_parquet_writes`` makes pyarrow's and pandas' writers fail in the
+    kernel's own process, which the kernel could undo).
+    """
     wine = load_wine_table()
     for num_files in (1, 5, 8):
         folder = k.remote_call(k.helper("scratch_folder"), "data01-hidden-")

@@ -20,6 +20,7 @@ import nbformat
 from raydata_course._util import temporary_env
 from raydata_course.layout import HEADLESS_ENV
 from raydata_grader.paths import ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook
+from raydata_grader.sandbox import remove_tree
 
 __all__ = [
     "nbgrader_config",
@@ -252,7 +253,7 @@ def autograde(
             with temporary_env({HEADLESS_ENV: "1", **(env or {})}):
                 result = api.autograde(assignment, student, force=True)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
     verdicts = {gid: v.to_json() for gid, v in judge.verdicts.items()}
     log_text = (result.get("log") or "") + (result.get("error") or "")
     if not result["success"]:

@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Integer
 
 from raydata_grader.course_dir import nbgrader_api, nbgrader_config
 from raydata_grader.records import Row, escape_markdown
@@ -116,6 +117,12 @@ def inert_markdown(source: str, attachments: dict | None = None) -> str:
     return "\n\n".join(escape_markdown(line) for line in source.splitlines() if line.strip())
 
 
+#: Markdown shown per cell and per notebook in feedback, in characters (the releases' longest
+#: cell is under 2,000; a page of nested tags takes minutes to render past 100,000).
+MAX_MARKDOWN_CELL_CHARS = 20_000
+MAX_MARKDOWN_NOTEBOOK_CHARS = 200_000
+
+
 class InertMarkdown(NbGraderPreprocessor):
     """Feedback preprocessor: markdown cells and rich outputs that cannot run anything.
 
@@ -132,7 +139,22 @@ class InertMarkdown(NbGraderPreprocessor):
     ``Preprocessor`` is disabled by default, so it would silently not run.)
     """
 
+    max_cell_chars = Integer(MAX_MARKDOWN_CELL_CHARS, help="markdown kept per cell, in characters").tag(config=True)
+    max_notebook_chars = Integer(MAX_MARKDOWN_NOTEBOOK_CHARS,
+                                 help="markdown kept per notebook, in characters").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        self._left = self.max_notebook_chars
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell, resources, index):
+        if cell.get("cell_type") == "markdown":
+            # Rendering and cleaning grow faster than the text (nested tags): cap it first.
+            keep = max(min(self.max_cell_chars, self._left), 0)
+            if len(cell.source) > keep:
+                cell.source = (cell.source[:keep] + f"\n\n*[{len(cell.source) - keep:,} more characters of this "
+                               "cell are not shown]*")
+            self._left -= min(len(cell.source), keep)
         info = cell.get("metadata", {}).get("nbgrader")
         if isinstance(info, dict):
             if "grade_id" in info:

@@ -43,12 +43,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Int, List, Unicode
 
 from raydata_course.layout import HEADLESS_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB, MiB
 from raydata_grader.cgroups import CGROUP_PREFIX, Cgroup, writable_version
+from raydata_grader.sandbox import remove_tree
 
 __all__ = ["SANDBOX_UID", "SandboxSupport", "SandboxLimits", "KernelJail", "SandboxedKernelManager", "probe"]
 
@@ -226,7 +228,7 @@ class KernelJail:
             self.oom_kills = self.cgroup.oom_kills()
             killed = self.cgroup.stop()
             self.cgroup = None
-        shutil.rmtree(self.base_dir, ignore_errors=True)
+        remove_tree(self.base_dir)
         return killed
 
     # -- the command line
@@ -321,6 +323,18 @@ def _forward_capped(stream, limit_bytes: int) -> None:
         sys.stderr.write(f"\n[grader] {dropped:,} more bytes of the kernel's own output were dropped\n")
 
 
+class SandboxedKernelClient(AsyncKernelClient):
+    """The client of a sandboxed kernel: once the kernel first answers, before any cell can
+    run, it has the manager lock the kernel's connection folder
+    (:meth:`SandboxedKernelManager.lock_connection_folder`)."""
+
+    async def wait_for_ready(self, timeout=None):
+        await AsyncKernelClient.wait_for_ready(self, timeout=timeout)
+        lock = getattr(self.parent, "lock_connection_folder", None)
+        if lock is not None:
+            lock()
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A Jupyter kernel manager that starts the kernel inside a :class:`KernelJail`.
 
@@ -337,6 +351,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
         if not self.jail_prefix or not self.ipc_dir:
             raise ValueError("SandboxedKernelManager needs jail_prefix and ipc_dir (see KernelJail)")
+        self.client_factory = SandboxedKernelClient
         self.transport = "ipc"
         self.ip = str(Path(self.ipc_dir) / "kernel")
         self.connection_file = str(Path(self.ipc_dir) / "kernel.json")
@@ -352,6 +367,27 @@ class SandboxedKernelManager(AsyncKernelManager):
         super().write_connection_file(**kwargs)
         if self.sandbox_uid >= 0 and os.path.exists(self.connection_file):
             os.chown(self.connection_file, self.sandbox_uid, self.sandbox_uid)
+
+    def lock_connection_folder(self) -> bool:
+        """Once the kernel is up, take its connection folder back: return whether it was locked.
+
+        The folder is the one path on the grader's disk the kernel can write to, and only for
+        its start-up (its connection file and ZeroMQ sockets). As root, the folder and the
+        connection file then belong to root again (0755, 0644): the kernel, uid
+        :data:`SANDBOX_UID`, can neither add a file there nor grow one. Its sockets stay
+        bound. Under a user namespace the kernel is the grader's own user, so nothing changes
+        (False); the folder's files still end with the notebook.
+        """
+        if self.sandbox_uid < 0:
+            return False
+        folder = Path(self.ipc_dir)
+        for entry in folder.iterdir():
+            if entry.is_file() and not entry.is_symlink():
+                os.chown(entry, 0, 0, follow_symlinks=False)
+                entry.chmod(0o644)
+        os.chown(folder, 0, 0)
+        folder.chmod(0o755)
+        return True
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         return list(self.jail_prefix) + super().format_kernel_cmd(extra_arguments)

@@ -248,7 +248,9 @@ class LimitOutputSize(NbGraderPreprocessor):
             return cell, resources
         budget = min(self.max_chars, max(self._left, 0))
         used, kept = 0, []
-        for output in cell.get("outputs", []):
+        outputs = cell.get("outputs", [])
+        last_error = max((i for i, o in enumerate(outputs) if o.get("output_type") == "error"), default=-1)
+        for i, output in enumerate(outputs):
             kind = output.get("output_type")
             if kind == "stream":
                 if output.get("text") == HIDDEN_PASSED:
@@ -266,8 +268,17 @@ class LimitOutputSize(NbGraderPreprocessor):
                 else:
                     used += size
             elif kind == "error":
+                # The last error stays whatever the budget (the judge's verdict, or the error that
+                # ended the cell); earlier ones (a kernel may publish many) count like any output.
                 output["evalue"] = _truncate(str(output.get("evalue", "")), self.max_chars)
-                output["traceback"] = [_truncate(line, self.max_chars) for line in output.get("traceback", [])][-50:]
+                traceback = [_truncate(str(line), self.max_chars) for line in output.get("traceback", [])][-50:]
+                while len(traceback) > 1 and sum(map(len, traceback)) > self.max_chars:
+                    traceback.pop(0)  # the innermost frames, where the error was raised, stay
+                output["traceback"] = traceback
+                size = len(output["evalue"]) + sum(len(line) for line in output["traceback"])
+                if i != last_error and used + size > budget:
+                    continue
+                used += size
             kept.append(output)
         self._left -= used
         cell["outputs"] = kept

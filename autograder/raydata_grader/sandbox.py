@@ -34,7 +34,6 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 
@@ -194,8 +193,24 @@ def run_limited(
             except psutil.Error:
                 pass
     n_left = _kill(leftovers)
-    if ray_temp_root and Path(ray_temp_root).is_dir():
-        import shutil
-
-        shutil.rmtree(ray_temp_root, ignore_errors=True)
+    if ray_temp_root:
+        remove_tree(ray_temp_root)
     return RunOutcome(proc.returncode, time.monotonic() - start, killed, peak, n_left, ended_s)
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Remove the folder ``path`` and everything in it, whatever a kernel left there.
+
+    ``shutil.rmtree`` recurses once per level, so a tree nested deeper than Python's recursion
+    limit raises ``RecursionError`` (which ``ignore_errors`` does not cover); ``rm -rf`` (on
+    this file system only) then removes what is left. A missing ``path`` is not an error.
+    """
+    import shutil
+
+    if not os.path.lexists(path):
+        return
+    try:
+        shutil.rmtree(path)
+    except (OSError, RecursionError):
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", os.fspath(path)], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -47,6 +47,8 @@ PLAIN_DTYPES = frozenset(
      "float64", "complex64", "complex128"])
 #: Longest text kept from a kernel's exception message or ``repr``, in characters.
 MAX_TEXT_CHARS = 2_000
+#: The most a decoded string array may take at NumPy's fixed width, in bytes.
+MAX_STR_ARRAY_BYTES = 256 * 1024 * 1024
 
 
 class WireError(ValueError):
@@ -316,6 +318,11 @@ def decode_value(data: Any, *, allow_arrow: bool = False) -> Any:
             if data["dtype"] == "str":
                 if not all(isinstance(v, str) for v in values):
                     raise WireError("a string array holds something else")
+                # NumPy stores every string at the longest one's width, 4 bytes a character.
+                fixed_bytes = 4 * size * max(map(len, values), default=0)
+                if fixed_bytes > MAX_STR_ARRAY_BYTES:
+                    raise WireError(f"a string array of {size:,} items whose longest is {max(map(len, values)):,} "
+                                    f"characters would take {fixed_bytes:,} bytes (at most {MAX_STR_ARRAY_BYTES:,})")
                 return np.array(values, dtype=str).reshape(shape) if values else np.zeros(shape, dtype=str)
             out = np.empty(size, dtype=object)
             for i, v in enumerate(values):
