@@ -327,8 +327,7 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
             cands = found.get(key, [])
             if not cands:
                 why = empty.get(key) or empty.get((student, "*"))
-                refused = key in getattr(empty, "invalid", ()) or (student, "*") in empty
-                status = "invalid" if refused else "missing"
+                status = "invalid" if key in empty.invalid or (student, "*") in empty else "missing"
                 message = why or f"no submission for {assignment}"
                 if earlier and earlier.status not in ("missing", "invalid") and status == "missing":
                     log(f"[grade] {student}/{assignment}: missing this time; keeping the earlier grade ({earlier.status})")

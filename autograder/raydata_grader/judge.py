@@ -32,8 +32,7 @@ from typing import Callable, Iterator
 from raydata_course.judging.wire import Done, Hello, WireError, recv_message, send_message
 from raydata_grader.remote import Kernel, KernelGone, KernelRaised
 
-__all__ = ["Check", "Verdict", "Judge", "judges", "load_checks", "oracle_digests", "active_judge", "judging",
-           "check_names"]
+__all__ = ["Check", "Verdict", "Judge", "judges", "load_checks", "oracle_digests", "active_judge", "judging"]
 
 #: A check: a function of the kernel that returns when the cell passes and raises
 #: ``AssertionError`` (with a message for the student) when it does not.
@@ -90,11 +89,6 @@ def load_checks(assignment: str, folder: str | os.PathLike, *, warm: bool = Fals
     if warm and callable(getattr(module, "warm", None)):
         module.warm()
     return checks
-
-
-def check_names(checks: dict[str, Check]) -> dict[str, str]:
-    """``{grade_id: check function name}``, for logs and tests."""
-    return {gid: fn.__name__ for gid, fn in checks.items()}
 
 
 def oracle_digests(folder: str | os.PathLike) -> dict[str, str]:
@@ -184,10 +178,6 @@ class Judge:
             Exception: whatever loading the oracles raised.
         """
         return self._checks.result()
-
-    def judges(self, grade_id: str | None) -> bool:
-        """True when a check is registered for ``grade_id``."""
-        return grade_id in self.checks
 
     def open(self, grade_id: str, timeout_s: float) -> _Session:
         """Start judging ``grade_id``: wait for the kernel's hello, then run its check.

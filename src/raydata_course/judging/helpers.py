@@ -45,7 +45,6 @@ __all__ = [
     "collect",
     "collect_torch_batches",
     "predict_classes",
-    "timed_call",
     "best_time_s",
     "vectorized_baseline_s",
 ]
@@ -189,13 +188,6 @@ def getitem(obj: Any, key: Any) -> Any:
 def same_object(a: Any, b: Any) -> bool:
     """``a is b``."""
     return a is b
-
-
-def timed_call(fn: Callable, *args: Any, **kwargs: Any) -> dict:
-    """Call ``fn`` and time it: ``{"result": its result, "seconds": wall time}``."""
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    return {"result": result, "seconds": time.perf_counter() - start}
 
 
 def best_time_s(fn: Callable, *args: Any, repeats: int = 5) -> float:

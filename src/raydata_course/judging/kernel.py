@@ -43,6 +43,7 @@ from raydata_course.judging.wire import (
     TypeInfo,
     Value,
     WireError,
+    map_leaves,
     recv_message,
     send_message,
 )
@@ -198,18 +199,15 @@ class _Session:
         return obj
 
     def argument(self, value: Any) -> Any:
+        return map_leaves(value, self._argument_leaf)
+
+    def _argument_leaf(self, value: Any) -> Any:
         if isinstance(value, KernelRef):
             return self.resolve(value)
         if isinstance(value, ArrowTable):
             import pyarrow as pa
 
             return pa.ipc.open_stream(pa.py_buffer(value.ipc)).read_all()
-        if isinstance(value, list):
-            return [self.argument(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(self.argument(v) for v in value)
-        if isinstance(value, dict):
-            return {k: self.argument(v) for k, v in value.items()}
         return value
 
     def answer(self, message) -> Any:

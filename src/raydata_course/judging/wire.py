@@ -46,6 +46,7 @@ from raydata_course.judging.values import (
     WireError,
     decode_value,
     encode_value,
+    map_leaves,
     text_field,
 )
 
@@ -70,6 +71,7 @@ __all__ = [
     "Raised",
     "encode_value",
     "decode_value",
+    "map_leaves",
     "encode_message",
     "decode_message",
     "send_message",
