@@ -1,7 +1,6 @@
 """Hostile submissions: intake (folders, zips, links, sizes, dates) and lint never stop the run.
 
-Every vector the threat model names for property 4 (``/work/shared/research/grader-threat-model.md``:
-malformed JSON, odd types, corrupt or huge zip, symlink, misleading names or dates) is one test
+Every vector the grader's threat model names for the class property (malformed JSON, odd types, corrupt or huge zip, symlink, misleading names or dates) is one test
 here. Each asserts what becomes of the hostile entry (which student and assignment is refused,
 with which reason, or which candidate is chosen) and that the honest students in the same
 folder are still found. Fast: no Ray, no notebook execution, no nbgrader autograde.
