@@ -7,7 +7,8 @@
 #                    (default 2; each has its own Ray cluster; TEST_WORKERS=0 runs it in one)
 #   make test-fast   the inner loop: package units and static checks, no notebook execution
 #   make release     regenerate exercises/ from solutions/ with nbgrader
-#   make grade SUBMISSIONS=path   grade a class: grades.csv, feedback, summary (OUT=build/grading)
+#   make grade SUBMISSIONS=path   grade a class: grades.csv, feedback, summary (OUT=build/grading;
+#                    JOBS=N notebooks at once, default what the machine allows; CLUSTER=addr: on a Ray cluster)
 #   make student-bundle   build/student-bundle.zip: what students get (no solutions, no hidden tests)
 #   make jupyter     open JupyterLab at the course root with the course kernel and formgrader
 #                    (GRADING=build/grading: formgrader shows that grading folder)
@@ -82,10 +83,11 @@ test-fast: $(STAMP)
 release: $(STAMP)
 	$(RUN) $(GRADER) release
 
-# `make grade SUBMISSIONS=path [OUT=build/grading] [GRADE_ARGS="--cell-timeout 120 ..."]`
+# `make grade SUBMISSIONS=path [OUT=build/grading] [JOBS=N] [CLUSTER=host:6379] [GRADE_ARGS="--cell-timeout 120 ..."]`
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder of <student>/<assignment>/*.ipynb or <student>.zip>"; exit 2; }
-	$(RUN) $(GRADER) grade $(SUBMISSIONS) --out $(or $(OUT),build/grading) $(GRADE_ARGS)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder of <student>/<assignment>/*.ipynb or <student>.zip> [JOBS=N] [CLUSTER=address]"; exit 2; }
+	$(RUN) $(GRADER) grade $(SUBMISSIONS) --out $(or $(OUT),build/grading) $(if $(JOBS),--jobs $(JOBS),) \
+	  $(if $(CLUSTER),--cluster $(CLUSTER),) $(GRADE_ARGS)
 
 student-bundle: $(STAMP)
 	$(RUN) $(GRADER) bundle --out build/student-bundle.zip

@@ -133,7 +133,8 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
     attacks = _load("attack_class")
     folder = attacks.build_attack_class(tmp_path / "class")
     out = tmp_path / "grading"
-    options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True)
+    # one notebook at a time: two test workers already share two cores
+    options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True, jobs=1)
     oracles_before = oracle_digests(oracles_dir())
 
     rows = grade_class(folder / "honest", out, options)

@@ -9,16 +9,17 @@ Ray start per notebook; every row must then say it was graded without a sandbox.
 limit is 150 s (two test workers on 2 cores have run data02's standardize_hidden past 60 s),
 except for cai, whose answer cell never returns: cai is graded in a second run into the same
 folder, with a 30 s limit, so the test does not wait out 150 s. It checks every row's status
-and per-cell grades. A second slow test grades one notebook as ``make grade`` does, in the
-sandbox with a fresh Ray runtime, and checks that nothing of it is left running. The hostile
-submissions, graded in the sandbox, are tests/test_attacks.py's.
+and per-cell grades. The class is graded one notebook at a time (``jobs=1``): two test
+workers already share two cores. Grading as ``make grade`` does, in the sandbox with a fresh
+Ray runtime per notebook, and what a stopped or spread-out run leaves, are
+tests/test_grade_at_scale.py's; the hostile submissions, graded in the sandbox, are
+tests/test_attacks.py's.
 """
 
 from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -34,7 +35,7 @@ from support.tables import markdown_rows
 
 from raydata_course.classroom import self_check
 from raydata_course.classroom.lint import lint_notebook
-from raydata_course.layout import KERNEL_NAME, PROGRESS_ENV
+from raydata_course.layout import KERNEL_NAME
 from raydata_course.units import GiB
 from raydata_grader.answers import fill_answers, reference_submission
 from raydata_grader.bundle import PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
@@ -328,7 +329,7 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     # and a Ray start per notebook would take minutes each. The sandbox's own statuses (memory,
     # a dead kernel, leftovers) are tests/test_attacks.py's and the fresh-runtime test's below.
     options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True,
-                           sandbox=False, ray_address=ray_cluster.address)
+                           sandbox=False, ray_address=ray_cluster.address, jobs=1)
     # cai's cell never returns: graded in a later run with a short per-cell limit (its other
     # cells take seconds), which keeps everyone else's rows.
     everyone_else, late_cai = tmp_path / "class", tmp_path / "late" / "cai"
@@ -409,37 +410,6 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     shutil.copytree(fixture_class / "hal" / "data01", only_hal / "hal" / "data01")
     grade_class(only_hal, out, options)
     assert (out / "grades.csv").read_text() == before
-
-
-@pytest.mark.slow
-def test_grade_with_a_fresh_ray_runtime_per_notebook(fixture_class, tmp_path, sandbox_support):
-    """The default of `make grade`: each kernel starts (and loses) a Ray cluster of its own.
-
-    The submission is the blank release (the cheapest notebook that starts Ray in its set-up
-    cell): it is graded only if that cluster started, and every part fails on its stub."""
-    subset = tmp_path / "subset"
-    (subset / "zed" / "data02").mkdir(parents=True)
-    nbformat.write(_release("data02"), subset / "zed" / "data02" / "data02.ipynb")
-    started = time.time()
-    # 150 s per cell, as for the fixture class: a cell interrupted at the limit while Ray runs
-    # can take the kernel down with it, and a busy suite has run a hidden test past 60 s.
-    rows = grade_class(subset, tmp_path / "grading", GradeOptions(cell_timeout_s=150, notebook_timeout_s=600,
-                                                                  memory_bytes=6 * GiB, quiet=True))
-    row = rows[("zed", "data02")]
-    assert row.status == "graded" and row.score == 0 and row.cells, row
-    assert all(s == 0 for s, _ in row.cells.values()), row
-    left = []
-    for proc in psutil.process_iter(["environ", "create_time"]):
-        try:
-            env = proc.info["environ"] or {}
-        except psutil.Error:
-            continue
-        # this test's job only (the fixture class may be grading in another test worker): every
-        # process of the job, Ray's included, inherits the progress file's path under tmp_path
-        if env.get(PROGRESS_ENV, "").startswith(str(tmp_path)) and (proc.info["create_time"] or 0) >= started:
-            left.append(proc.pid)
-    assert not left, f"Ray processes outlived the graded notebook: {left}"
-    assert json.loads((tmp_path / "grading" / "grades.json").read_text())["rows"][0]["status"] == "graded"
 
 
 # ----------------------------------------------------------------------- classification

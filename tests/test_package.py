@@ -56,6 +56,20 @@ def test_default_cluster_size_clamps_to_the_machine(monkeypatch):
         rc.default_cluster_size()
 
 
+def test_the_grader_can_give_every_graded_notebook_the_same_default_cluster(monkeypatch):
+    from raydata_course.layout import GRADING_CPUS, MACHINE_CPUS_ENV
+
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert rc.default_cluster_size().num_cpus == 64
+    monkeypatch.setenv(MACHINE_CPUS_ENV, str(GRADING_CPUS))
+    assert rc.default_cluster_size().num_cpus == GRADING_CPUS == 4
+    monkeypatch.setenv(MACHINE_CPUS_ENV, "2")
+    assert rc.default_cluster_size().num_cpus == 4  # still at least the course's minimum
+    monkeypatch.setenv(MACHINE_CPUS_ENV, "lots")
+    with pytest.raises(ValueError, match="whole number of CPUs"):
+        rc.default_cluster_size()
+
+
 def test_long_temp_root_is_rejected_before_ray_starts():
     with pytest.raises(ValueError, match="unix sockets"):
         rc.setup(temp_root="/tmp/" + "x" * 60)

@@ -16,9 +16,14 @@ Modules, by job:
 - testing the tests: :mod:`.answers` (reference answers into a release) and :mod:`.mutants`
   (plausible wrong answers, and which of them may share a graded notebook);
 - grading a class (``make grade``): :mod:`.grade` runs it; :mod:`.intake` finds submissions,
-  :mod:`.sandbox` limits each autograde's worker, :mod:`.worker` is the autograde,
-  :mod:`.outcome` turns how it ended into a status, :mod:`.records` keeps the rows,
-  :mod:`.feedback` writes the students' pages and :mod:`.summary` the class summary;
+  :mod:`.jobs` is one notebook's job wherever it runs (its kit, its result),
+  :mod:`.dispatch` runs the jobs on this machine or as Ray tasks on a cluster,
+  :mod:`.results` merges each result into the grading folder (:mod:`.gradebook`: the
+  submission's grades as data), :mod:`.scratch` sweeps what a killed job left,
+  :mod:`.progress` shows how far a run is, :mod:`.sandbox` limits each autograde's worker,
+  :mod:`.worker` is the autograde, :mod:`.outcome` turns how it ended into a status,
+  :mod:`.records` keeps the rows, :mod:`.feedback` writes the students' pages and
+  :mod:`.summary` the class summary and the run's throughput;
 - the other instructor commands: :mod:`.release` (``make release``), :mod:`.course_run`
   (``make course``), :mod:`.bundle` (``make student-bundle``), :mod:`.formgrader`
   (``make jupyter`` with formgrader on a grading folder);

@@ -5,7 +5,9 @@
                           ``--assignment ID`` (repeatable), ``--cell-timeout S``,
                           ``--notebook-timeout S``, ``--memory-gib G``,
                           ``--max-output-chars N``, ``--no-sandbox``,
-                          ``--ray-address ADDR`` (with ``--no-sandbox``), ``--force``
+                          ``--ray-address ADDR`` (with ``--no-sandbox``), ``--force``,
+                          ``--jobs N``, ``--cluster ADDR``, ``--cpus-per-notebook C``,
+                          ``--retries N``
 ``release [ID ...]``      regenerate ``exercises/`` from ``solutions/`` (``make release``)
 ``course``                run every chapter, grade every reference solution, run the quick
                           lab (``make course``): ``--out DIR``, ``--skip-chapters``,
@@ -16,7 +18,8 @@
                           ``--no-browser``, ``--grading DIR``, other ``jupyter lab`` options
 ========================  ===================================================================
 
-Exit status 0 on success, 1 when the job ran and failed (``course``), 2 on bad input.
+Exit status 0 on success, 1 when the job ran and failed (``course``), 2 on bad input, 130 when
+``grade`` was stopped (Ctrl-C, SIGTERM; what it graded so far is kept).
 """
 
 from __future__ import annotations
@@ -49,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --no-sandbox: connect every kernel to this running Ray cluster instead of a fresh "
                         "runtime per notebook")
     g.add_argument("--force", action="store_true", help="re-grade submissions that are unchanged since the last run")
+    g.add_argument("--jobs", type=int, default=None,
+                   help="notebooks graded at once on this machine (default: as many as its cores and memory allow "
+                        "for the per-notebook limits; the log says how many)")
+    g.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="grade on this running Ray cluster, one Ray task per notebook (default: $RAY_ADDRESS if set)")
+    g.add_argument("--cpus-per-notebook", type=float, default=1.0, help="CPUs one notebook is given (default 1)")
+    g.add_argument("--retries", type=int, default=3,
+                   help="on a cluster, times a notebook is graded again after its node or worker died (default 3)")
     r = sub.add_parser("release", help="regenerate exercises/ from solutions/")
     r.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     c = sub.add_parser("course", help="run the chapters, grade the reference solutions, run the quick lab")
@@ -76,8 +87,14 @@ def _grade(args) -> int:
     options = GradeOptions(cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
                            memory_bytes=int(args.memory_gib * GiB), max_output_chars=args.max_output_chars,
                            sandbox=not args.no_sandbox, ray_address=args.ray_address, force=args.force,
-                           assignments=tuple(args.assignments) if args.assignments else None)
-    grade_class(args.submissions, args.out, options)
+                           assignments=tuple(args.assignments) if args.assignments else None, jobs=args.jobs,
+                           cluster=args.cluster, cpus_per_notebook=args.cpus_per_notebook, retries=args.retries)
+    try:
+        grade_class(args.submissions, args.out, options)
+    except KeyboardInterrupt as exc:
+        print(f"[grade] stopped ({exc or 'Ctrl-C'}): every notebook graded so far is saved in {args.out}; run the same "
+              "command again to grade the rest", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -122,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{args.command}] error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        from raydata_grader.grade import SandboxUnavailable
+        from raydata_grader.dispatch import ClusterTooSmall
         from raydata_grader.integrity import IntegrityError
+        from raydata_grader.jobs import NodeMismatch, SandboxUnavailable
 
-        if isinstance(exc, (SandboxUnavailable, IntegrityError)):
+        if isinstance(exc, (SandboxUnavailable, IntegrityError, NodeMismatch, ClusterTooSmall)):
             print(f"[{args.command}] error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -9,8 +9,17 @@ joins it before it starts bubblewrap, so the kernel, Ray and everything they sta
   tmpfs and shared memory (Ray's object store in the sandbox's ``/dev/shm``) together; over
   it, the kernel's OOM killer ends a process of the group (:meth:`Cgroup.oom_kills` counts);
 - **processes**: ``pids.max`` bounds processes and threads together;
+- **CPU time**: the group's CPU usage (``cpuacct.usage`` in v1's ``cpuacct`` hierarchy, where
+  it is mounted; ``cpu.stat``'s ``usage_usec`` in v2), read when the group is stopped
+  (:attr:`Cgroup.cpu_seconds_at_stop`): the CPU the kernel, Ray and everything they started
+  used, daemons that were never waited for included;
 - **the end**: :meth:`Cgroup.stop` kills every process still listed in ``cgroup.procs`` and
   removes the group.
+
+A group's name carries the pid of the grader process that made it
+(``raydata-grader-<pid>-<random>``), so that the groups of a grader that was killed before
+it could stop them can be found (:func:`stale_cgroups`) and swept
+(:func:`raydata_grader.scratch.sweep`).
 """
 
 from __future__ import annotations
@@ -19,11 +28,12 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
-__all__ = ["CGROUP_ROOT", "CGROUP_PREFIX", "writable_version", "Cgroup"]
+__all__ = ["CGROUP_ROOT", "CGROUP_PREFIX", "writable_version", "Cgroup", "stale_cgroups"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-#: Every cgroup the grader makes is named ``<prefix>-<notebook's folder name>``.
+#: Every cgroup the grader makes is named ``<prefix>-<owner pid>-<random>``.
 CGROUP_PREFIX = "raydata-grader"
 
 
@@ -62,6 +72,9 @@ class Cgroup:
         OSError: if the cgroup cannot be made (the grader is not root, say).
     """
 
+    #: CPU seconds the group had used when :meth:`stop` killed what was left (None: unknown).
+    cpu_seconds_at_stop: float | None = None
+
     def __init__(self, version: str, name: str, memory_bytes: int, pids_max: int):
         self.version = version
         if version == "v1":
@@ -69,6 +82,12 @@ class Cgroup:
             for d in (memory, pids):
                 d.mkdir(exist_ok=True)
             self.dirs = [memory, pids]
+            if (CGROUP_ROOT / "cpuacct").is_dir():  # optional: CPU accounting only
+                try:
+                    (CGROUP_ROOT / "cpuacct" / name).mkdir(exist_ok=True)
+                    self.dirs.append(CGROUP_ROOT / "cpuacct" / name)
+                except OSError:
+                    pass
             (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
             swap = memory / "memory.memsw.limit_in_bytes"
             if swap.exists():
@@ -85,6 +104,13 @@ class Cgroup:
             if (group / "memory.swap.max").exists():
                 (group / "memory.swap.max").write_text("0")
             (group / "pids.max").write_text(str(pids_max))
+
+    @classmethod
+    def existing(cls, version: str, dirs: list[Path]) -> "Cgroup":
+        """A handle on a cgroup that already exists (``dirs``: its folder in each hierarchy); nothing is changed."""
+        group = cls.__new__(cls)
+        group.version, group.dirs = version, list(dirs)
+        return group
 
     @property
     def procs_files(self) -> list[str]:
@@ -113,6 +139,20 @@ class Cgroup:
             return current, int(peak_file.read_text()) if peak_file.exists() else current
         except (OSError, ValueError):
             return 0, 0
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) the group's processes have used, in seconds; None if not accounted."""
+        try:
+            if self.version == "v1":
+                acct = next((d for d in self.dirs if d.parent.name == "cpuacct"), None)
+                return int((acct / "cpuacct.usage").read_text()) / 1e9 if acct is not None else None
+            for line in (self.dirs[0] / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            pass
+        return None
 
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer ended in this cgroup."""
@@ -145,6 +185,7 @@ class Cgroup:
                 except OSError:
                     pass
             time.sleep(0.1)
+        self.cpu_seconds_at_stop = self.cpu_seconds()
         for d in self.dirs:
             for _ in range(50):
                 try:
@@ -155,3 +196,26 @@ class Cgroup:
                 except OSError:
                     time.sleep(0.1)
         return killed
+
+
+def stale_cgroups(is_stale: Callable[[str], bool]) -> Iterator[Cgroup]:
+    """The grader's cgroups (named ``<prefix>-...``) whose name ``is_stale`` accepts, in either version.
+
+    Nothing is yielded where cgroups are not writable (not root, no memory and pids controllers).
+    """
+    version = writable_version()
+    if not version:
+        return
+    roots = [CGROUP_ROOT / "memory", CGROUP_ROOT / "pids", CGROUP_ROOT / "cpuacct"] if version == "v1" else [CGROUP_ROOT]
+    names: dict[str, list[Path]] = {}
+    for root in roots:
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith(CGROUP_PREFIX + "-") and entry.is_dir(follow_symlinks=False):
+                names.setdefault(entry.name, []).append(Path(entry.path))
+    for name, dirs in sorted(names.items()):
+        if is_stale(name):
+            yield Cgroup.existing(version, dirs)

@@ -21,6 +21,7 @@ from raydata_course._util import temporary_env
 from raydata_course.layout import HEADLESS_ENV
 from raydata_grader.paths import ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook
 from raydata_grader.sandbox import remove_tree
+from raydata_grader.scratch import owned_temp_dir
 
 __all__ = [
     "nbgrader_config",
@@ -158,7 +159,8 @@ class SubmissionScore:
         verdicts: the judge's verdict per grade cell (:meth:`raydata_grader.judge.Verdict.to_json`).
         sandbox: how the kernel was confined: ``level`` (``root``, ``user`` or ``none``), the
             grader's folder for it (``base_dir``, removed afterwards), and in a sandbox its
-            ``cgroup_dirs`` (removed afterwards), ``peak_memory_bytes``, ``oom_kills`` and
+            ``cgroup_dirs`` (removed afterwards), ``peak_memory_bytes``, ``oom_kills``,
+            ``kernel_cpu_seconds`` (CPU the cgroup used, None without CPU accounting) and
             ``leftovers_killed`` (processes still in its cgroup when it ended, killed).
     """
 
@@ -182,6 +184,7 @@ def autograde(
     limits=None,
     env: dict[str, str] | None = None,
     log=None,
+    oracles: str | os.PathLike | None = None,
     **overrides: Any,
 ) -> SubmissionScore:
     """Autograde one planted submission with a judge, in a sandbox when asked, and read its scores.
@@ -201,6 +204,8 @@ def autograde(
         env: extra environment for an unsandboxed kernel, e.g. ``{"RAY_ADDRESS": addr}`` to
             grade on a running cluster instead of starting one per notebook.
         log: called with one line per verdict (default: nowhere).
+        oracles: the folder holding ``<assignment>.py`` (default: the checkout's
+            ``autograder/oracles/``; a grading job passes the copy it brought along).
         **overrides: nbgrader config overrides, see :func:`nbgrader_config`.
 
     Returns:
@@ -213,7 +218,6 @@ def autograde(
         FileNotFoundError: if the assignment has no oracle module.
     """
     import contextlib
-    import tempfile
 
     from raydata_grader.judge import Judge, judging, load_checks
 
@@ -221,10 +225,10 @@ def autograde(
         raise ValueError(f"a sandboxed kernel gets no environment from the grader (asked for {sorted(env)}): "
                          "it starts its own Ray runtime and reaches nothing outside its sandbox")
     course_dir = Path(course_dir).resolve()
-    folder = oracles_dir()
+    folder = Path(oracles) if oracles is not None else oracles_dir()
     if not (folder / f"{assignment}.py").is_file():
         raise FileNotFoundError(f"no oracle module {folder / f'{assignment}.py'}: every assignment needs one")
-    base = Path(tempfile.mkdtemp(prefix="rdg-", dir="/tmp"))
+    base = owned_temp_dir()
     info: dict[str, Any] = {"level": sandbox.level if sandbox is not None else "none", "base_dir": str(base)}
     try:
         judge_dir = base / "judge"
@@ -245,7 +249,7 @@ def autograde(
                          "SandboxedKernelManager.sandbox_uid": SANDBOX_UID if sandbox.level == "root" else -1}
                 info["cgroup_dirs"] = [str(d) for d in jail.cgroup_dirs]
                 stack.callback(lambda: info.update(peak_memory_bytes=jail.peak_memory_bytes, oom_kills=jail.oom_kills,
-                                                   cgroups=sandbox.cgroups))
+                                                   cgroups=sandbox.cgroups, kernel_cpu_seconds=jail.cpu_seconds))
                 stack.callback(lambda: info.update(leftovers_killed=jail.stop()))
             stack.enter_context(judging(judge))
             config = nbgrader_config(course_dir, **{**extra, **overrides})

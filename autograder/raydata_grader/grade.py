@@ -14,9 +14,15 @@ inside, or any zip whose single top-level folder is the student id), and:
 2. **lints and repairs** each notebook against the release (:mod:`raydata_course.classroom.lint`) and writes the
    repaired copy to nbgrader's ``DIR/submitted/``; files that are not notebooks are
    ``invalid``, absent ones ``missing``;
-3. **autogrades** each notebook with nbgrader's ``autograde``, in a worker process
+3. **autogrades** each notebook with nbgrader's ``autograde`` in a job of its own
+   (:mod:`.jobs`): a private nbgrader course on the machine that runs it, a worker process
    (:mod:`.worker`, under :func:`.sandbox.run_limited`: wall time, memory) that holds the
-   judge (:mod:`.judge`). The notebook's kernel runs in a sandbox
+   judge (:mod:`.judge`). Jobs run one after another, several at once on this machine
+   (``--jobs N``; by default as many as its cores and memory allow for the per-notebook
+   limits), or as Ray tasks across a Ray cluster (``--cluster ADDRESS`` or ``RAY_ADDRESS``):
+   :mod:`.dispatch`. Each result comes back as data and is merged here, one at a time, into
+   the one grading folder: the autograded notebook, the gradebook's record
+   (:mod:`.gradebook`), the row. The notebook's kernel runs in a sandbox
    (:mod:`.kernel_sandbox`: bubblewrap, an unprivileged user, nothing secret mounted, private
    ``/tmp`` and ``/dev/shm``, its own PID namespace, loopback only, cgroup bounds on memory
    and processes) with a fresh Ray runtime of its own. Every grade cell is scored by the
@@ -34,10 +40,13 @@ inside, or any zip whose single top-level folder is the student id), and:
    (:class:`~raydata_grader.nbgrader_steps.HideHiddenTests`), with the grader's notes on top; and a short
    page for a submission nbgrader could not grade;
 6. **prints a summary** (also ``DIR/summary.md``): the class average per exercise, the most
-   failed grade cells, and the students who need attention.
+   failed grade cells, the students who need attention, and this run's throughput
+   (notebooks per minute, CPU-seconds per notebook). While it grades it shows progress:
+   done / total, failures so far and the time left.
 
-Re-running is safe. Results live in ``DIR/grades.json``, keyed by student and assignment; a
-submission whose bytes (and whose assignment source) have not changed is not graded again
+Re-running is safe. Results live in ``DIR/grades.json``, keyed by student and assignment,
+written after each notebook, so a run that was interrupted, run again, grades only what is
+missing; a submission whose bytes (and whose assignment source) have not changed is not graded again
 (``--force`` re-grades), a student absent from this run keeps the rows of earlier runs, and
 a submission that is missing this time never replaces an earlier grade.
 """
@@ -49,38 +58,31 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
 
 from raydata_course.classroom.lint import lint_notebook
-from raydata_course.layout import GRADER_CELL_TIMEOUT_S, HEADLESS_ENV, PROGRESS_ENV, TEMP_ROOT_ENV
+from raydata_course.layout import GRADER_CELL_TIMEOUT_S
 from raydata_course.units import GiB
 from raydata_grader.course_dir import release
 from raydata_grader.feedback import write_feedback
-from raydata_grader.intake import Candidate, choose, collect_submissions
-from raydata_grader.integrity import IntegrityError, gradebook_problems, oracle_changes
+from raydata_grader.integrity import IntegrityError, check_integrity
+from raydata_grader.intake import choose, collect_submissions
+from raydata_grader.jobs import (UNSANDBOXED_NOTE, WORKER_ALLOWANCE_BYTES, CourseKit, GradeJob, JobLimits,
+                                 JobStopped, NodeMismatch, SandboxUnavailable, build_kit, installation_digest)
 from raydata_grader.judge import oracle_digests
-from raydata_grader.outcome import classify, read_json
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook, source_notebook
+from raydata_grader.progress import Progress
 from raydata_grader.records import Row, read_rows, save_rows
-from raydata_grader.sandbox import run_limited
-from raydata_grader.summary import summary_markdown
-from raydata_grader.worker import worker_command
+from raydata_grader.results import Planned, failed_row, merge_result, row_of
+from raydata_grader.scratch import sweep
+from raydata_grader.summary import RunStats, summary_markdown
 
-__all__ = ["GradeOptions", "SandboxUnavailable", "UNSANDBOXED_NOTE", "ensure_course", "grade_class"]
-
-#: What every row graded with ``--no-sandbox`` says.
-UNSANDBOXED_NOTE = ("graded WITHOUT a sandbox (--no-sandbox): the kernel ran as the grader's user, with the "
-                    "grader's files and network in reach")
-#: Memory the worker itself may use beside its sandboxed kernel (nbgrader, the judge, torch), in bytes.
-WORKER_ALLOWANCE_BYTES = 2 * GiB
-
-
-class SandboxUnavailable(RuntimeError):
-    """This machine cannot sandbox a graded kernel, and the instructor did not opt out."""
+__all__ = ["GradeOptions", "SandboxUnavailable", "NodeMismatch", "UNSANDBOXED_NOTE", "WORKER_ALLOWANCE_BYTES",
+           "ensure_course", "grade_class"]
 
 
 @dataclass
@@ -96,11 +98,18 @@ class GradeOptions:
         sandbox: run every kernel in a sandbox (:mod:`.kernel_sandbox`); False grades
             without one (``--no-sandbox``, only for notebooks you trust), and every row says so.
         ray_address: connect every kernel to this running cluster instead of giving each
-            kernel a fresh runtime (only without a sandbox).
+            kernel a fresh runtime (only without a sandbox, and not with ``cluster``).
         force: re-grade submissions that were graded before, unchanged.
         assignments: grade only these (default: every course assignment found in the
             submissions).
-        quiet: print only the summary.
+        quiet: print only the summary (no progress, no line per notebook).
+        jobs: notebooks graded at once on this machine; None: as many as its cores and
+            memory allow for these limits (:func:`raydata_grader.dispatch.default_jobs`).
+        cluster: grade on the Ray cluster at this address instead, one Ray task per notebook
+            (``jobs`` is then ignored: Ray places the tasks).
+        cpus_per_notebook: CPUs one notebook is given (what a Ray task asks for, and what
+            the default ``jobs`` divides the cores by).
+        retries: on a cluster, times a notebook is graded again after its node or worker died.
     """
 
     cell_timeout_s: int = GRADER_CELL_TIMEOUT_S
@@ -112,6 +121,16 @@ class GradeOptions:
     force: bool = False
     assignments: tuple[str, ...] | None = None
     quiet: bool = False
+    jobs: int | None = None
+    cluster: str | None = None
+    cpus_per_notebook: float = 1.0
+    retries: int = 3
+
+    @property
+    def limits(self) -> JobLimits:
+        """What each job grades under."""
+        return JobLimits(self.cell_timeout_s, self.notebook_timeout_s, self.memory_bytes, self.max_output_chars,
+                         self.sandbox, self.ray_address)
 
 
 def _sha(data: bytes) -> str:
@@ -146,67 +165,23 @@ def ensure_course(out: Path, assignments: tuple[str, ...]) -> None:
         release(tuple(stale), course_dir=out)
 
 
-def _max_score(release_nb) -> float:
-    return float(sum(float(c.metadata.get("nbgrader", {}).get("points", 0) or 0)
-                     for c in release_nb.cells if c.metadata.get("nbgrader", {}).get("grade")))
-
-
-def _temp_root(student: str, assignment: str) -> str:
-    tag = hashlib.sha1(f"{student}/{assignment}/{os.getpid()}/{time.time()}".encode()).hexdigest()[:10]
-    return f"/tmp/rdg-{tag}"
-
-
-def _grade_one(out: Path, cand: Candidate, lint, options: GradeOptions, support, log) -> tuple[str, float, dict, list[str], float]:
-    assignment, student = cand.assignment, cand.student
-    sub_dir = out / "submitted" / student / assignment
-    if sub_dir.exists():
-        shutil.rmtree(sub_dir)
-    sub_dir.mkdir(parents=True)
-    nbformat.write(lint.notebook, sub_dir / f"{assignment}.ipynb")
-    if cand.timestamp_text:
-        (sub_dir / "timestamp.txt").write_text(cand.timestamp_text + "\n")
-    work = out / "work" / student / assignment
-    work.mkdir(parents=True, exist_ok=True)
-    result_path, progress_path, log_path = work / "result.json", work / "progress.json", work / "autograde.log"
-    for p in (result_path, progress_path, log_path):
-        p.unlink(missing_ok=True)
-    temp_root = _temp_root(student, assignment)
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    env.update({TEMP_ROOT_ENV: temp_root, "RAY_TMPDIR": temp_root, HEADLESS_ENV: "1",
-                PROGRESS_ENV: str(progress_path), "PYTHONUNBUFFERED": "1"})
-    level = support.level if support is not None else "none"
-    if options.ray_address and level == "none":
-        env["RAY_ADDRESS"] = options.ray_address
-        # Ray 2.60 starts local clusters with token authentication (~/.ray/auth_token); a driver
-        # in another process sends the token only in token mode.
-        if (Path.home() / ".ray" / "auth_token").is_file():
-            env.setdefault("RAY_AUTH_MODE", "token")
-    cmd = worker_command(out, assignment, student, result_path, options.cell_timeout_s, options.max_output_chars,
-                         level, support.cgroups if support is not None else "", options.memory_bytes)
-    # With cgroups, the kernel's own limit (memory_bytes) acts first; the watchdog's covers
-    # the worker beside it.
-    in_cgroup = level != "none" and bool(support.cgroups)
-    watchdog_bytes = options.memory_bytes + (WORKER_ALLOWANCE_BYTES if in_cgroup else 0)
-    outcome = run_limited(cmd, timeout_s=options.notebook_timeout_s, memory_bytes=watchdog_bytes, env=env,
-                          log_path=log_path, ray_temp_root=temp_root, watch_tree_memory=not in_cgroup)
-    instructor = frozenset(c.metadata["nbgrader"]["grade_id"] for c in lint.notebook.cells
-                           if c.get("cell_type") == "code" and c.metadata.get("nbgrader", {}).get("locked")
-                           and not c.metadata["nbgrader"].get("grade") and not c.metadata["nbgrader"].get("solution"))
-    status, score, cells, messages = classify(read_json(result_path), outcome, read_json(progress_path), options,
-                                               instructor)
-    if level == "none":
-        messages.append(UNSANDBOXED_NOTE)
-    return status, score, cells, messages, outcome.wall_s
-
-
 def _sandbox_support(options: GradeOptions, log):
-    """The sandbox this run uses (None: ``--no-sandbox``).
+    """Check the run's options; return the sandbox this machine gives its kernels (None: ``--no-sandbox``,
+    or a cluster's nodes grade).
 
     Raises:
         SandboxUnavailable: if the machine has none and the instructor did not opt out.
-        ValueError: for ``ray_address`` with a sandbox.
+        ValueError: for ``ray_address`` with a sandbox or with ``cluster``, ``jobs`` below 1,
+            ``cpus_per_notebook`` not above 0, or ``retries`` below 0.
     """
+    if options.jobs is not None and options.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {options.jobs}")
+    if options.cpus_per_notebook <= 0 or options.retries < 0:
+        raise ValueError(f"--cpus-per-notebook must be above 0 and --retries at least 0, got "
+                         f"{options.cpus_per_notebook:g} and {options.retries}")
+    if options.ray_address and options.cluster:
+        raise ValueError("--ray-address (every kernel joins one running cluster) and --cluster (every notebook is a "
+                         "task on a cluster, its kernel with a runtime of its own) do not go together: pick one")
     if not options.sandbox:
         log("[grade] NO SANDBOX (--no-sandbox): kernels run as the grader's user, with its files and network "
             "in reach; only grade notebooks you trust this way. Every row will say so.")
@@ -214,6 +189,8 @@ def _sandbox_support(options: GradeOptions, log):
     if options.ray_address:
         raise ValueError("--ray-address needs --no-sandbox: a sandboxed kernel starts its own Ray runtime and "
                          "reaches nothing outside its sandbox")
+    if options.cluster:
+        return None  # every node is checked before the first notebook (dispatch.ClusterRunner)
     from raydata_grader.kernel_sandbox import probe
 
     support = probe()
@@ -227,33 +204,9 @@ def _sandbox_support(options: GradeOptions, log):
     return support
 
 
-def _check_integrity(out: Path, assignment: str, release_nb, digests: dict[str, str], log) -> None:
-    """Stop the run if the oracles changed; restore the gradebook's test cells if they did.
-
-    Raises:
-        IntegrityError: if an oracle file changed since the run started, or the gradebook
-            still differs from the release after it was regenerated.
-    """
-    changes = oracle_changes(digests, oracle_digests(oracles_dir()))
-    if changes:
-        raise IntegrityError(f"the oracles changed while the class was being graded ({'; '.join(changes)}): "
-                             "the grades already written were judged by the old ones. Check autograder/oracles/ "
-                             "and grade again with --force.")
-    problems = gradebook_problems(out, assignment, release_nb)
-    if problems:
-        log(f"[grade] WARNING: the gradebook's copy of {assignment} no longer matches the release "
-            f"({'; '.join(problems[:3])}); regenerating it before the next notebook")
-        release((assignment,), course_dir=out)
-        problems = gradebook_problems(out, assignment, release_nb)
-        if problems:
-            raise IntegrityError(f"the gradebook in {out} does not match the release of {assignment} "
-                                 f"({'; '.join(problems[:3])}), even after regenerating it: delete the grading "
-                                 "folder and grade again.")
-
-
-def _grade_candidate(out: Path, cand: Candidate, note: str, digest: str, release_nb, max_score: float,
-                     source_sha: str, options: GradeOptions, support, log, graded_at: str) -> tuple[Row, bool]:
-    """Lint, repair and autograde one chosen submission; return its row and whether nbgrader graded it."""
+def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, limits: JobLimits,
+          graded_at: str) -> tuple[Row | None, Planned | None]:
+    """Keep a verbatim copy of a chosen submission, lint and repair it; return its row (invalid) or its job."""
     student, assignment = cand.student, cand.assignment
     received = out / "received" / student / assignment
     if received.exists():
@@ -261,20 +214,33 @@ def _grade_candidate(out: Path, cand: Candidate, note: str, digest: str, release
     received.mkdir(parents=True)
     (received / Path(cand.origin.split("!")[-1]).name).write_bytes(cand.data)
     lint = lint_notebook(cand.data, release_nb)
-    row = Row(student, assignment, 0.0, max_score, lint.status, "", repairs=lint.repairs,
-              submission_sha256=digest, source_sha256=source_sha, graded_at=graded_at)
-    messages = [note] if note else []
     if lint.status == "invalid":
-        row.notes = messages + lint.problems
-        row.message = "; ".join(row.notes)
-        return row, False
-    status, score, cells, run_messages, seconds = _grade_one(out, cand, lint, options, support, log)
-    row.score, row.cells, row.seconds = score, cells, round(seconds, 1)
-    row.status = status if status != "graded" else lint.status
-    row.notes = messages + run_messages
-    repaired = [f"{len(lint.repairs)} repair(s): " + "; ".join(lint.repairs)] if lint.repairs else []
-    row.message = "; ".join(messages + repaired + run_messages)
-    return row, status in ("graded", "timeout") or bool(cells)
+        notes = ([note] if note else []) + lint.problems
+        row = Row(student, assignment, 0.0, kit.max_score, "invalid", "; ".join(notes), repairs=lint.repairs,
+                  submission_sha256=digest, source_sha256=kit.source_sha256, graded_at=graded_at, notes=notes)
+        return row, None
+    sub_dir = out / "submitted" / student / assignment  # what formgrader shows as the submission
+    if sub_dir.exists():
+        shutil.rmtree(sub_dir)
+    sub_dir.mkdir(parents=True)
+    data = nbformat.writes(lint.notebook).encode("utf-8")
+    (sub_dir / f"{assignment}.ipynb").write_bytes(data)
+    if cand.timestamp_text:
+        (sub_dir / "timestamp.txt").write_text(cand.timestamp_text + "\n")
+    job = GradeJob(student, assignment, data, cand.timestamp_text, limits, installation_digest())
+    return None, Planned(job, note, digest, lint.status, lint.repairs)
+
+
+def _runner(options: GradeOptions, kits: dict[str, CourseKit], support, log):
+    from raydata_grader.dispatch import ClusterRunner, LocalRunner, default_jobs
+
+    if options.cluster:
+        return ClusterRunner(options.cluster, kits, options.limits, options.cpus_per_notebook, options.retries, log)
+    if options.jobs is not None:
+        return LocalRunner(options.jobs, kits)
+    jobs, reason = default_jobs(options.limits, options.cpus_per_notebook, bool(support and support.cgroups))
+    log(f"[grade] notebooks graded {reason} (--jobs N to choose)")
+    return LocalRunner(jobs, kits)
 
 
 def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options: GradeOptions | None = None) -> dict[tuple[str, str], Row]:
@@ -290,12 +256,17 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
 
     Raises:
         FileNotFoundError: if ``submissions`` is not a folder.
-        ValueError: if an assignment asked for is not one of the course's, or for
-            ``ray_address`` with a sandbox.
-        SandboxUnavailable: if the machine cannot sandbox kernels and ``options.sandbox`` is on.
+        ValueError: if an assignment asked for is not one of the course's, for ``ray_address``
+            with a sandbox or with ``cluster``, or for ``jobs`` below 1.
+        SandboxUnavailable: if the machine (or a node of the cluster) cannot sandbox kernels
+            and ``options.sandbox`` is on.
+        NodeMismatch: if a node of the cluster has another installation of the course.
+        raydata_grader.dispatch.ClusterTooSmall: if no node of the cluster can hold one notebook.
         IntegrityError: if the oracles or the gradebook changed during the run.
     """
     options = options or GradeOptions()
+    if options.cluster is None and os.environ.get("RAY_ADDRESS") and options.ray_address is None:
+        options = replace(options, cluster=os.environ["RAY_ADDRESS"])
     out = Path(out).resolve()
     log = (lambda *a: None) if options.quiet else (lambda *a: print(*a, flush=True))
     support = _sandbox_support(options, log)
@@ -313,16 +284,21 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
         return read_rows(out)
     start = time.monotonic()
     ensure_course(out, wanted)
+    kits = {a: build_kit(out, a) for a in wanted}
     digests = oracle_digests(oracles_dir())
+    stale = [a for a in wanted if digests.get(f"{a}.py") != kits[a].oracle_sha256]
+    if stale:
+        raise IntegrityError(f"the oracles of {stale} changed while the run was starting: grade again")
     rows = read_rows(out)
     releases = {a: nbformat.read(release_notebook(a, out), as_version=4) for a in wanted}
-    source_sha = {a: _sha(source_notebook(a, out).read_bytes()) for a in wanted}
-    max_scores = {a: _max_score(releases[a]) for a in wanted}
     now = lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: E731
-    n_graded = 0
+    planned: list[Planned] = []
+    for assignment in wanted:
+        check_integrity(out, assignment, releases[assignment], digests, log)
     for student in sorted(students):
         for assignment in wanted:
             key = (student, assignment)
+            kit = kits[assignment]
             earlier = rows.get(key)
             cands = found.get(key, [])
             if not cands:
@@ -332,7 +308,7 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
                 if earlier and earlier.status not in ("missing", "invalid") and status == "missing":
                     log(f"[grade] {student}/{assignment}: missing this time; keeping the earlier grade ({earlier.status})")
                     continue
-                rows[key] = Row(student, assignment, 0.0, max_scores[assignment], status, message, graded_at=now(),
+                rows[key] = Row(student, assignment, 0.0, kit.max_score, status, message, graded_at=now(),
                                 notes=[message])
                 (out / "received" / student / assignment).mkdir(parents=True, exist_ok=True)
                 write_feedback(out, rows[key], "", False)
@@ -342,37 +318,81 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
             cand, note = choose(cands)
             digest = _sha(cand.data)
             if (earlier and not options.force and earlier.submission_sha256 == digest
-                    and earlier.source_sha256 == source_sha[assignment]):
+                    and earlier.source_sha256 == kit.source_sha256):
                 log(f"[grade] {student}/{assignment}: unchanged since {earlier.graded_at}; kept ({earlier.status}, {earlier.score:g})")
                 continue
-            _check_integrity(out, assignment, releases[assignment], digests, log)
             try:
-                row, graded = _grade_candidate(out, cand, note, digest, releases[assignment], max_scores[assignment],
-                                               source_sha[assignment], options, support, log, now())
-                n_graded += row.seconds > 0
-            except (KeyboardInterrupt, IntegrityError, SandboxUnavailable):
+                row, job = _plan(out, cand, note, digest, kit, releases[assignment], options.limits, now())
+            except (KeyboardInterrupt, IntegrityError):
                 raise
             except Exception as exc:  # the grader itself failed on this file: say so, and go on
-                why = (f"the grader failed on this submission ({type(exc).__name__}: {str(exc)[:200]}); the run went on. "
-                       "Instructor: report this with the submitted file (kept in received/)")
-                log(f"[grade] {student}/{assignment}: ERROR {why}")
-                row = Row(student, assignment, 0.0, max_scores[assignment], "crashed", why,  # no hash: retried next run
-                          source_sha256=source_sha[assignment], graded_at=now(), notes=[why])
-                graded = False
-            rows[key] = row
-            try:
-                write_feedback(out, row, "", graded)
-            except Exception as exc:
-                log(f"[grade] {student}/{assignment}: could not write feedback ({type(exc).__name__}: {exc})")
-            save_rows(out, rows)
-            log(f"[grade] {student}/{assignment}: {row.status} {row.score:g}/{row.max_score:g}"
-                + (f" in {row.seconds:.0f} s" if row.seconds else "") + (f": {row.message}" if row.message else ""))
+                why = (f"the grader failed on this submission ({type(exc).__name__}: {str(exc)[:200]}); the run went "
+                       "on. Instructor: report this with the submitted file (kept in received/)")
+                row, job = Row(student, assignment, 0.0, kit.max_score, "crashed", why,
+                               source_sha256=kit.source_sha256, graded_at=now(), notes=[why]), None
+            if row is not None:
+                rows[key] = row
+                write_feedback(out, row, "", False)
+                save_rows(out, rows)
+                log(f"[grade] {student}/{assignment}: {row.status}: {row.message}")
+            if job is not None:
+                planned.append(job)
+    stats = RunStats(mode="", slots=0)
+    try:
+        if planned:
+            stats = _grade_jobs(out, planned, kits, releases, digests, rows, options, support, log, now)
+    finally:  # also when stopped: what a killed job left on this machine (its folders, its cgroup) goes
+        sweep()
     save_rows(out, rows)
-    summary = summary_markdown(rows)
+    stats.wall_s = time.monotonic() - start
+    if stats.notebooks:
+        stats.append_to(out / "runs.jsonl")
+    summary = summary_markdown(rows, stats if stats.notebooks else None)
     (out / "summary.md").write_text(summary)
-    wall = time.monotonic() - start
     print(summary)
-    print(f"[grade] {n_graded} notebook(s) autograded in {wall:.0f} s"
-          + (f" ({wall / n_graded:.0f} s per notebook)" if n_graded else "")
+    print(f"[grade] {stats.notebooks} notebook(s) autograded in {stats.wall_s:.0f} s"
+          + (f" ({stats.per_minute:.1f} per minute, {stats.cpu_seconds_per_notebook:.0f} CPU-seconds per notebook)"
+             if stats.notebooks else "")
           + f"; grades: {out / 'grades.csv'}; feedback: {out / 'feedback'}; repair logs: {out / 'repairs'}")
     return rows
+
+
+def _grade_jobs(out: Path, planned: list[Planned], kits: dict[str, CourseKit], releases, digests, rows, options,
+                support, log, now) -> RunStats:
+    """Run the planned jobs and merge each result as it comes; return the run's figures."""
+    by_key = {(p.job.student, p.job.assignment): p for p in planned}
+    runner = _runner(options, kits, support, log)
+    with runner:
+        log(f"[grade] grading {len(planned)} notebook(s) {runner.describe()}")
+        stats = RunStats(mode=runner.describe(), slots=runner.slots)
+        for p in planned:
+            runner.submit(p.job)
+        with Progress(len(planned), quiet=options.quiet) as progress:
+            for job, result in runner.completed():
+                p = by_key[(job.student, job.assignment)]
+                kit = kits[job.assignment]
+                if isinstance(result, (NodeMismatch, SandboxUnavailable, KeyboardInterrupt)):
+                    raise result
+                if isinstance(result, JobStopped):
+                    continue
+                merging = time.monotonic()
+                check_integrity(out, job.assignment, releases[job.assignment], digests, log)
+                if isinstance(result, BaseException):
+                    row, graded = failed_row(p, result, kit, now()), False
+                else:
+                    merge_result(out, result)
+                    row, graded = row_of(p, result, kit, now()), result.graded_by_nbgrader
+                rows[(job.student, job.assignment)] = row
+                try:
+                    write_feedback(out, row, "", graded)
+                except Exception as exc:
+                    progress.write(f"[grade] {row.student}/{row.assignment}: could not write feedback "
+                                   f"({type(exc).__name__}: {exc})")
+                save_rows(out, rows)
+                if not isinstance(result, BaseException):
+                    stats.add(result.wall_s, result.cpu_s, result.node, time.monotonic() - merging)
+                progress.done(f"[grade] {row.student}/{row.assignment}: {row.status} {row.score:g}/{row.max_score:g}"
+                              + (f" in {row.seconds:.0f} s on {row.node}" if row.seconds else "")
+                              + (f": {row.message}" if row.message else ""),
+                              failed=row.status not in ("graded", "repaired"))
+    return stats

@@ -19,7 +19,11 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["IntegrityError", "gradebook_problems", "oracle_changes"]
+from raydata_grader.course_dir import release
+from raydata_grader.judge import oracle_digests
+from raydata_grader.paths import oracles_dir
+
+__all__ = ["IntegrityError", "gradebook_problems", "oracle_changes", "check_integrity"]
 
 
 class IntegrityError(RuntimeError):
@@ -82,3 +86,30 @@ def oracle_changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
     changed += [f"{name} was removed" for name in sorted(set(before) - set(now))]
     changed += [f"{name} was added" for name in sorted(set(now) - set(before))]
     return changed
+
+
+def check_integrity(out: Path, assignment: str, release_nb, digests: dict[str, str], log) -> None:
+    """Stop the run if the oracles changed; restore the gradebook's test cells if they did.
+
+    The grading run calls it for each assignment before any job, and again before it merges
+    each result into the grading folder ``out``.
+
+    Raises:
+        IntegrityError: if an oracle file changed since the run started, or the gradebook
+            still differs from the release after it was regenerated.
+    """
+    changes = oracle_changes(digests, oracle_digests(oracles_dir()))
+    if changes:
+        raise IntegrityError(f"the oracles changed while the class was being graded ({'; '.join(changes)}): "
+                             "the grades already written were judged by the old ones. Check autograder/oracles/ "
+                             "and grade again with --force.")
+    problems = gradebook_problems(out, assignment, release_nb)
+    if problems:
+        log(f"[grade] WARNING: the gradebook's copy of {assignment} no longer matches the release "
+            f"({'; '.join(problems[:3])}); regenerating it before the next notebook")
+        release((assignment,), course_dir=out)
+        problems = gradebook_problems(out, assignment, release_nb)
+        if problems:
+            raise IntegrityError(f"the gradebook in {out} does not match the release of {assignment} "
+                                 f"({'; '.join(problems[:3])}), even after regenerating it: delete the grading "
+                                 "folder and grade again.")

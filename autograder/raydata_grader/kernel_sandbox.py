@@ -47,7 +47,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Int, List, Unicode
 
-from raydata_course.layout import HEADLESS_ENV, TEMP_ROOT_ENV
+from raydata_course.layout import GRADING_CPUS, HEADLESS_ENV, MACHINE_CPUS_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB, MiB
 from raydata_grader.cgroups import CGROUP_PREFIX, Cgroup, writable_version
 from raydata_grader.sandbox import remove_tree
@@ -195,6 +195,7 @@ class KernelJail:
     cgroup: Cgroup | None = None
     peak_memory_bytes: int = 0
     oom_kills: int = 0
+    cpu_seconds: float | None = None
 
     @property
     def ipc_dir(self) -> Path:
@@ -208,7 +209,7 @@ class KernelJail:
             os.chown(self.ipc_dir, SANDBOX_UID, SANDBOX_UID)
         if self.support.cgroups:
             unique = hashlib.sha256(f"{self.base_dir.resolve()}:{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:16]
-            self.cgroup = Cgroup(self.support.cgroups, f"{CGROUP_PREFIX}-{unique}",
+            self.cgroup = Cgroup(self.support.cgroups, f"{CGROUP_PREFIX}-{os.getpid()}-{unique}",
                                  self.limits.memory_bytes, self.limits.pids_max)
         return self
 
@@ -227,6 +228,7 @@ class KernelJail:
             self.peak_memory_bytes = max(self.peak_memory_bytes, self.cgroup.memory_bytes()[1])
             self.oom_kills = self.cgroup.oom_kills()
             killed = self.cgroup.stop()
+            self.cpu_seconds = self.cgroup.cpu_seconds_at_stop
             self.cgroup = None
         remove_tree(self.base_dir)
         return killed
@@ -247,6 +249,7 @@ class KernelJail:
             "MPLCONFIGDIR": "/tmp/matplotlib",
             HEADLESS_ENV: "1",
             TEMP_ROOT_ENV: "/tmp/ray",
+            MACHINE_CPUS_ENV: str(GRADING_CPUS),  # the same default cluster on every machine that grades
         }
         env.update(self.env)
         return env

@@ -46,6 +46,9 @@ class Row:
         seconds: wall time of the autograde, in seconds.
         notes: what the grader found, one sentence each (``message`` is them joined with
             ``"; "``, with the repairs summed up); the feedback lists them.
+        cpu_seconds: CPU time of the autograde (the worker, its kernel and everything they
+            waited for), in seconds.
+        node: the host name of the machine that graded it.
     """
 
     student: str
@@ -61,6 +64,8 @@ class Row:
     graded_at: str = ""
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    cpu_seconds: float = 0.0
+    node: str = ""
 
 
 #: Line breaks of any kind, with the blanks around them (a message is written on one line).
@@ -168,9 +173,9 @@ def _row_from_json(path: Path, index: int, item) -> Row:
     if unknown or missing:
         raise _bad(path, f"{where} has unknown field(s) {unknown} or lacks {missing}")
     kinds = {"student": str, "assignment": str, "status": str, "message": str, "submission_sha256": str,
-             "source_sha256": str, "graded_at": str}
+             "source_sha256": str, "graded_at": str, "node": str}
     for name, value in item.items():
-        if name in ("score", "max_score", "seconds"):
+        if name in ("score", "max_score", "seconds", "cpu_seconds"):
             ok = _is_number(value)
         elif name in ("repairs", "notes"):
             ok = isinstance(value, list) and all(isinstance(x, str) for x in value)

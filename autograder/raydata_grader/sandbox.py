@@ -13,11 +13,16 @@ process it starts (the Jupyter kernel, and the Ray cluster that the kernel start
 - **memory, all processes together**: a watchdog sums the proportional set size (PSS, which
   counts shared pages once across processes) of the whole process tree every
   ``memory_poll_s`` and stops the tree when the sum passes the limit.
-- **wall time**: the tree is stopped after ``timeout_s``.
+- **wall time**: the tree is stopped after ``timeout_s``;
+- **the caller's life**: the job gets the parent-death signal (Linux ``PR_SET_PDEATHSIG``,
+  ``SIGKILL``), so a grader that is killed outright (a Ray worker whose node died) takes the
+  job with it instead of leaving it running; a ``stop`` event ends it from another thread.
 
 Every process the job started is killed when it ends, whatever the outcome, including Ray
 processes that outlived their parent (found by ``RAYDATA_COURSE_TMPDIR`` in their environment,
-see :func:`raydata_course.cluster.ray_processes`).
+see :func:`raydata_course.cluster.ray_processes`). The job's CPU time (user + system, of the
+job and of every process it and its descendants waited for: the kernel and, inside its
+sandbox, Ray) comes from ``wait4``.
 
 Examples:
     >>> import sys
@@ -28,10 +33,13 @@ Examples:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -47,10 +55,13 @@ class RunOutcome:
     Attributes:
         returncode: the job's exit status (negative: killed by that signal).
         wall_s: seconds from start to end.
-        killed: ``"timeout"`` or ``"memory"`` when the sandbox stopped the job, else None.
+        killed: ``"timeout"`` or ``"memory"`` when the sandbox stopped the job, ``"stopped"``
+            when the caller's ``stop`` event did, else None.
         peak_bytes: the largest PSS sum of the process tree that the watchdog saw, in bytes.
         leftovers_killed: processes still alive after the job ended, killed by the sandbox.
         ended_s: when the job ended (``time.time()``, seconds since the epoch); None if unknown.
+        cpu_s: CPU seconds (user + system) of the job and of every descendant that was waited
+            for (``wait4``'s resource usage); 0.0 if unknown.
     """
 
     returncode: int
@@ -59,14 +70,40 @@ class RunOutcome:
     peak_bytes: int
     leftovers_killed: int
     ended_s: float | None = None
+    cpu_s: float = 0.0
+
+
+#: ``prctl(2)`` from the C library, for the parent-death signal (None off Linux).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1
 
 
 def _limit_memory(memory_bytes: int):
+    parent = os.getpid()
+
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the parent died before the signal was armed
+                os._exit(1)
 
     return apply
+
+
+def _reap(proc: subprocess.Popen, block: bool) -> float | None:
+    """Reap ``proc`` with ``wait4``: set its return code and return its CPU seconds (None: still running)."""
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # reaped already
+        if proc.returncode is None:
+            proc.returncode = -1
+        return 0.0
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
 
 def tree_memory_bytes(procs: list[psutil.Process]) -> int:
@@ -113,6 +150,7 @@ def run_limited(
     ray_temp_root: str | None = None,
     memory_poll_s: float = 1.0,
     watch_tree_memory: bool = True,
+    stop: threading.Event | None = None,
 ) -> RunOutcome:
     """Run ``cmd`` under a wall-time and memory limit, then kill everything it left behind.
 
@@ -129,6 +167,8 @@ def run_limited(
             the job's kernel runs in a memory cgroup of its own (the cgroup bounds it, and
             reading every process's ``smaps`` each second costs CPU); ``RLIMIT_DATA`` still
             bounds each process.
+        stop: when set (by another thread), the job is killed and the outcome says
+            ``killed="stopped"``.
 
     Returns:
         A :class:`RunOutcome`.
@@ -144,15 +184,19 @@ def run_limited(
     peak = 0
     seen: dict[int, psutil.Process] = {}
     proc = None
+    cpu_s = None
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, preexec_fn=_limit_memory(memory_bytes))
         root = psutil.Process(proc.pid)
         next_poll = start
-        while proc.poll() is None:
+        while (cpu_s := _reap(proc, block=False)) is None:
             now = time.monotonic()
             if now - start > timeout_s:
                 killed = "timeout"
+                break
+            if stop is not None and stop.is_set():
+                killed = "stopped"
                 break
             if now >= next_poll:
                 procs = _tree(root)
@@ -171,14 +215,20 @@ def run_limited(
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
-            _kill(procs)
-        proc.wait()
+            cpu_s = _reap(proc, block=True)  # before psutil's wait on the others, which would reap it too
+            _kill([p for p in procs if p.pid != proc.pid])
+        if cpu_s is None:
+            cpu_s = _reap(proc, block=True)
         ended_s = time.time()
     except BaseException:  # interrupted (Ctrl-C, SIGTERM): take the job's whole tree down with us
-        if proc is not None and proc.poll() is None:
-            procs = _tree(psutil.Process(proc.pid))
+        if proc is not None and proc.returncode is None:
+            try:
+                procs = _tree(psutil.Process(proc.pid))
+            except psutil.Error:
+                procs = []
             seen.update({p.pid: p for p in procs})
             _kill(procs)
+            _reap(proc, block=True)
         raise
     finally:
         if log is not subprocess.DEVNULL:
@@ -195,7 +245,7 @@ def run_limited(
     n_left = _kill(leftovers)
     if ray_temp_root:
         remove_tree(ray_temp_root)
-    return RunOutcome(proc.returncode, time.monotonic() - start, killed, peak, n_left, ended_s)
+    return RunOutcome(proc.returncode, time.monotonic() - start, killed, peak, n_left, ended_s, round(cpu_s or 0.0, 2))
 
 
 def remove_tree(path: str | os.PathLike) -> None:

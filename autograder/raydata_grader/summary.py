@@ -1,5 +1,10 @@
 """The class summary an instructor reads first: averages, most-failed parts, who needs attention.
 
+When the run autograded notebooks, a last table gives its throughput (:class:`RunStats`):
+notebooks per minute of wall time, and CPU-seconds per notebook (the worker, its kernel and
+everything they waited for), with how the run was spread (one machine, N at once, or a Ray
+cluster, and how many notebooks each host graded).
+
 Its text cells (ids, statuses, the "why" column, which holds messages a student's code raised)
 are escaped with :func:`~raydata_grader.records.escape_markdown`: a cell cannot hold HTML, a
 link or a line break, and ``markdown_table`` escapes its ``|``, so no cell breaks its table.
@@ -7,10 +12,72 @@ link or a line break, and ``markdown_table`` escapes its ``|``, so no cell break
 
 from __future__ import annotations
 
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
 from raydata_course.tables import markdown_table
 from raydata_grader.records import STATUSES, Row, escape_markdown
 
-__all__ = ["summary_markdown"]
+__all__ = ["RunStats", "summary_markdown"]
+
+
+@dataclass
+class RunStats:
+    """What one grading run did, for its throughput.
+
+    Attributes:
+        mode: where it graded, in words (the runner's own description).
+        slots: notebooks it could grade at once.
+        wall_s: wall time of the whole run, in seconds (set when it ends).
+        autograde_s: each autograded notebook's wall time, in seconds.
+        cpu_s: each autograded notebook's CPU time, in seconds.
+        driver_s: seconds the grading process spent on each result (merging it into the
+            grading folder, writing its feedback and the grades), one result at a time.
+        hosts: notebooks graded per host name.
+    """
+
+    mode: str
+    slots: int
+    wall_s: float = 0.0
+    autograde_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+    driver_s: list[float] = field(default_factory=list)
+    hosts: Counter = field(default_factory=Counter)
+
+    def add(self, wall_s: float, cpu_s: float, host: str, driver_s: float = 0.0) -> None:
+        """Count one autograded notebook."""
+        self.autograde_s.append(wall_s)
+        self.cpu_s.append(cpu_s)
+        self.driver_s.append(round(driver_s, 3))
+        self.hosts[host] += 1
+
+    def append_to(self, path) -> None:
+        """Add this run's figures to ``path`` as one JSON line (``runs.jsonl`` in the grading folder)."""
+        import json
+        from datetime import datetime, timezone
+
+        line = {"ended": datetime.now(timezone.utc).isoformat(timespec="seconds"), "mode": self.mode,
+                "slots": self.slots, "notebooks": self.notebooks, "wall_s": round(self.wall_s, 1),
+                "autograde_s": self.autograde_s, "cpu_s": self.cpu_s, "driver_s": self.driver_s,
+                "hosts": dict(self.hosts)}
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    @property
+    def notebooks(self) -> int:
+        """Notebooks autograded."""
+        return len(self.autograde_s)
+
+    @property
+    def per_minute(self) -> float:
+        """Notebooks autograded per minute of the run's wall time."""
+        return 60.0 * self.notebooks / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def cpu_seconds_per_notebook(self) -> float:
+        """Mean CPU-seconds per autograded notebook."""
+        return statistics.fmean(self.cpu_s) if self.cpu_s else 0.0
 
 
 def _shorten(text: str, limit: int = 160) -> str:
@@ -25,15 +92,16 @@ def _shorten(text: str, limit: int = 160) -> str:
     return text[:limit - 1].rsplit(" ", 1)[0].rstrip(";,") + "…"
 
 
-def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
-    """The class summary: average per exercise, most-failed grade cells, students to look at.
+def summary_markdown(rows: dict[tuple[str, str], Row], run: RunStats | None = None, top: int = 5) -> str:
+    """The class summary: average per exercise, most-failed grade cells, students to look at, throughput.
 
     Args:
         rows: the run's rows (:func:`~raydata_grader.records.read_rows`).
+        run: this run's figures; None when it autograded nothing (no throughput table).
         top: most-failed grade cells listed per assignment.
 
     Returns:
-        Markdown: three headed tables, their text cells escaped (:func:`escape_markdown`).
+        Markdown: three or four headed tables, their text cells escaped (:func:`escape_markdown`).
     """
     md = escape_markdown
     assignments = sorted({a for _, a in rows})
@@ -64,6 +132,15 @@ def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
         students.append([md(r.student), md(r.assignment), md(r.status), f"{r.score:g}/{r.max_score:g}",
                          md(_shorten(" ".join(why.split())))])
     students = students or [["–", "–", "–", "–", "nobody"]]
+    throughput = []
+    if run is not None and run.notebooks:
+        hosts = ", ".join(f"{md(h)} {n}" for h, n in sorted(run.hosts.items()))
+        throughput = ["", "## This run", "", markdown_table(
+            ["notebooks", "at once", "wall time (s)", "notebooks per minute", "CPU-seconds per notebook (mean)",
+             "autograde seconds per notebook (median)", "graded where"],
+            [[run.notebooks, run.slots, f"{run.wall_s:.0f}", f"{run.per_minute:.2f}",
+              f"{run.cpu_seconds_per_notebook:.1f}", f"{statistics.median(run.autograde_s):.1f}", hosts]],
+            align="rrrrrrl"), "", md(run.mode)]
     return "\n".join([
         "# Class summary", "", "## Average per exercise", "",
         markdown_table(["assignment", "graded", "average (graded)", "average (all, missing = 0)", "statuses"],
@@ -72,4 +149,5 @@ def summary_markdown(rows: dict[tuple[str, str], Row], top: int = 5) -> str:
         markdown_table(["assignment", "grade cell", "failed", "of"], failed, align="llrr"),
         "", "## Students who need attention", "",
         markdown_table(["student", "assignment", "status", "score", "why"], students, align="lllrl"),
+        *throughput,
     ]) + "\n"

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from raydata_course.layout import HEADLESS_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
+from raydata_course.layout import HEADLESS_ENV, MACHINE_CPUS_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB, MiB
 
 __all__ = [
@@ -116,7 +116,9 @@ def default_cluster_size(
     """Choose a cluster size that fits this machine.
 
     The CPU count is the machine's logical CPU count, but at least ``min_num_cpus``, so that
-    a 2-core laptop can still run an actor pool next to read tasks. The object store gets
+    a 2-core laptop can still run an actor pool next to read tasks. Where
+    ``RAYDATA_COURSE_MACHINE_CPUS`` is set (the grader sets it in every graded kernel), its
+    value counts as the machine's CPUs instead. The object store gets
     ``object_store_fraction`` of the memory that is available now, clamped to
     ``[min_object_store_bytes, max_object_store_bytes]``.
 
@@ -132,6 +134,8 @@ def default_cluster_size(
     Raises:
         ClusterTooSmallError: if less than twice ``min_object_store_bytes`` of RAM is
             available (the object store plus Python workers would not fit).
+        ValueError: if ``RAYDATA_COURSE_MACHINE_CPUS`` is set to something other than a
+            positive whole number.
     """
     import psutil
 
@@ -145,7 +149,14 @@ def default_cluster_size(
         )
     wanted = int(available_bytes * object_store_fraction)
     object_store_bytes = max(min_object_store_bytes, min(max_object_store_bytes, wanted))
-    num_cpus = max(min_num_cpus, os.cpu_count() or 1)
+    machine_cpus = os.cpu_count() or 1
+    if os.environ.get(MACHINE_CPUS_ENV):
+        value = os.environ[MACHINE_CPUS_ENV]
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{MACHINE_CPUS_ENV}={value!r}: it must be a whole number of CPUs, at least 1 "
+                             f"(or unset, to count this machine's {machine_cpus}).")
+        machine_cpus = int(value)
+    num_cpus = max(min_num_cpus, machine_cpus)
     return ClusterSize(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes)
 
 

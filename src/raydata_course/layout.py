@@ -32,6 +32,8 @@ __all__ = [
     "SELF_CHECK_ENV",
     "GRADING_DIR_ENV",
     "REQUIRE_SANDBOX_ENV",
+    "MACHINE_CPUS_ENV",
+    "GRADING_CPUS",
     "CourseRootNotFound",
     "COURSE_FOLDERS",
     "is_course_root",
@@ -81,6 +83,13 @@ SELF_CHECK_ENV = "RAYDATA_COURSE_SELF_CHECK"
 GRADING_DIR_ENV = "RAYDATA_COURSE_GRADING_DIR"
 #: ``1`` where the grader's sandbox must be available (CI): its tests fail instead of skipping.
 REQUIRE_SANDBOX_ENV = "RAYDATA_COURSE_REQUIRE_SANDBOX"
+#: The logical CPUs ``setup()``'s default cluster counts as this machine's, instead of
+#: ``os.cpu_count()``. The grader sets it to :data:`GRADING_CPUS` in every graded kernel.
+MACHINE_CPUS_ENV = "RAYDATA_COURSE_MACHINE_CPUS"
+#: What a graded notebook's default cluster counts as the machine's CPUs, on any machine that
+#: grades it, so that it gets the same cluster (4 logical CPUs, as on a laptop) on a 2-core
+#: CI machine and on a 64-core node, and starts no more Ray workers there than here.
+GRADING_CPUS = 4
 
 
 #: The folders that make a folder the course: the repository root in an instructor's

@@ -1,0 +1,97 @@
+"""A finished job's result, made into the grading folder's records (grader only).
+
+The grading run (:mod:`raydata_grader.grade`) takes each :class:`~raydata_grader.jobs.JobResult`
+as it comes, from whichever machine graded it, and here, in the run's own process and one at a
+time, makes it part of the one grading folder:
+
+- :func:`merge_result` writes the autograded notebook into ``autograded/<student>/<id>/`` and
+  the worker's files into ``work/<student>/<id>/``, and applies the submission's gradebook
+  record to the class's gradebook (:func:`raydata_grader.gradebook.apply_record`);
+- :func:`row_of` makes its row of ``grades.csv`` from the result and what lint found;
+  :func:`failed_row` the row of a job that raised (the grader, or the machine under it,
+  failed: such a row keeps no hash, so the next run grades it again).
+
+File names that come back are checked to stay inside their folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from raydata_grader.gradebook import apply_record
+from raydata_grader.jobs import CourseKit, GradeJob, JobResult
+from raydata_grader.records import Row
+
+__all__ = ["Planned", "merge_result", "row_of", "failed_row"]
+
+
+@dataclass
+class Planned:
+    """A submission on its way to a job: what the row needs beside the job's result.
+
+    Attributes:
+        job: the job.
+        note: the intake's note on it (two submissions found, say), or empty.
+        digest: SHA-256 of the submitted file.
+        lint_status: ``graded`` (nothing repaired) or ``repaired``.
+        repairs: lint's repairs, one sentence each.
+    """
+
+    job: GradeJob
+    note: str
+    digest: str
+    lint_status: str
+    repairs: list[str]
+
+
+def _safe_name(name: str) -> bool:
+    parts = Path(name).parts
+    return bool(parts) and not Path(name).is_absolute() and ".." not in parts
+
+
+def merge_result(out: Path, result: JobResult) -> None:
+    """Put a job's autograded notebook, gradebook record and work files into the grading folder."""
+    student, assignment = result.student, result.assignment
+    autograded = out / "autograded" / student / assignment
+    if autograded.exists():
+        shutil.rmtree(autograded)
+    for name, data in result.autograded.items():
+        if _safe_name(name):
+            (autograded / name).parent.mkdir(parents=True, exist_ok=True)
+            (autograded / name).write_bytes(data)
+    if result.gradebook is not None:
+        apply_record(out, result.gradebook)
+    work = out / "work" / student / assignment
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name, data in result.work.items():
+        if _safe_name(name) and "/" not in name:
+            (work / name).write_bytes(data)
+
+
+def row_of(planned: Planned, result: JobResult, kit: CourseKit, graded_at: str) -> Row:
+    """The row of ``result``: its status (``repaired`` where lint repaired a notebook that graded), score, cells and messages."""
+    job = planned.job
+    status = result.status if result.status != "graded" else planned.lint_status
+    notes = ([planned.note] if planned.note else []) + result.messages
+    repaired = [f"{len(planned.repairs)} repair(s): " + "; ".join(planned.repairs)] if planned.repairs else []
+    message = "; ".join(([planned.note] if planned.note else []) + repaired + result.messages)
+    return Row(job.student, job.assignment, result.score, kit.max_score, status, message, cells=result.cells,
+               repairs=planned.repairs, submission_sha256=planned.digest, source_sha256=kit.source_sha256,
+               graded_at=graded_at, seconds=result.wall_s, notes=notes, cpu_seconds=result.cpu_s, node=result.node)
+
+
+def failed_row(planned: Planned, error: BaseException, kit: CourseKit, graded_at: str) -> Row:
+    """The row of a job that raised: the grader (or the machine under it) failed, not the student."""
+    job = planned.job
+    if type(error).__module__.startswith("ray."):  # Ray's own errors: the task failed on every try
+        why = (f"the machine grading it failed every time it was tried ({type(error).__name__}: {str(error)[:200]}); "
+               "the run went on. Grade again to retry it")
+    else:
+        why = (f"the grader failed on this submission ({type(error).__name__}: {str(error)[:200]}); the run went on. "
+               "Instructor: report this with the submitted file (kept in received/)")
+    return Row(job.student, job.assignment, 0.0, kit.max_score, "crashed", why,  # no hash: retried next run
+               source_sha256=kit.source_sha256, graded_at=graded_at, notes=[why])
