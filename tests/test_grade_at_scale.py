@@ -49,8 +49,8 @@ from raydata_course.units import GiB
 from raydata_grader.answers import reference_submission
 from raydata_grader.dispatch import default_jobs
 from raydata_grader.gradebook import GradebookRecord, NotebookRecord
-from raydata_grader.jobs import (CourseKit, GradeJob, JobLimits, JobResult, NodeMismatch, installation_digest,
-                                 notebook_bytes_needed, run_job)
+from raydata_grader.jobs import GradeJob, JobLimits, JobResult, KitCorrupted, NodeMismatch, notebook_bytes_needed, run_job
+from raydata_grader.kit import CourseKit, installation_digest
 from raydata_grader.mutants import load_mutants, mutant_groups, mutant_submission
 from raydata_grader.paths import release_notebook
 from raydata_grader.progress import Progress
@@ -234,6 +234,51 @@ def test_a_cluster_grades_every_notebook_once_when_a_node_dies(tmp_path, sandbox
     assert not _leftovers(started, {run.pid}), _leftovers(started, {run.pid})
 
 
+@pytest.mark.slow
+def test_a_kit_is_built_once_checked_when_reused_and_carries_the_due_date(tmp_path):
+    """The kit's cached course is reused only as it was written; its gradebook takes the class's
+    due date and a submission's record travels between gradebooks unchanged."""
+    from nbgrader.api import Gradebook
+
+    from raydata_grader.gradebook import apply_record, read_record
+    from raydata_grader.grade import ensure_course
+    from raydata_grader.jobs import _set_duedate
+    from raydata_grader.kit import build_kit
+
+    out = tmp_path / "grading"
+    ensure_course(out, (ASSIGNMENT,))
+    kit = build_kit(out, ASSIGNMENT)
+    assert kit.max_score == 12 and set(kit.files) >= {f"solutions/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", "gradebook.db",
+                                                     f"exercises/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"}
+    stamp = out / "kits" / ASSIGNMENT / "key.txt"
+    written = stamp.stat().st_mtime_ns
+    assert build_kit(out, ASSIGNMENT) == kit and stamp.stat().st_mtime_ns == written  # reused as it was
+    (out / "kits" / ASSIGNMENT / "gradebook.db").write_bytes(b"changed")
+    again = build_kit(out, ASSIGNMENT)  # made again, from the source
+    assert again.files["gradebook.db"].startswith(b"SQLite format 3") and stamp.stat().st_mtime_ns != written
+    assert {k: v for k, v in again.files.items() if k != "gradebook.db"} == {
+        k: v for k, v in kit.files.items() if k != "gradebook.db"}
+
+    course = tmp_path / "job"
+    for name, data in kit.files.items():
+        (course / name).parent.mkdir(parents=True, exist_ok=True)
+        (course / name).write_bytes(data)
+    _set_duedate(course, ASSIGNMENT, "2026-12-01T12:00:00")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        assert gb.find_assignment(ASSIGNMENT).duedate.isoformat() == "2026-12-01T12:00:00"
+        gb.add_student("ann")
+    record = GradebookRecord(ASSIGNMENT, "ann", "2026-12-02T08:30:00", (NotebookRecord(
+        ASSIGNMENT, 0.0, {"block_row_counts_visible": 1.0, "block_row_counts_hidden": 0.0},
+        {"block_row_counts_answer": None}),))
+    apply_record(course, record)
+    apply_record(out, record)  # the student is new there: made
+    assert read_record(course, ASSIGNMENT, "ann") == read_record(out, ASSIGNMENT, "ann")
+    back = read_record(out, ASSIGNMENT, "ann")
+    assert back.timestamp.startswith("2026-12-02T08:30:00")
+    assert back.notebooks[0].grades["block_row_counts_visible"] == 1.0
+    assert back.notebooks[0].grades["block_row_counts_hidden"] == 0.0
+
+
 # ------------------------------------------------------------------ fast: the parts
 
 
@@ -277,16 +322,42 @@ def test_the_local_runner_grades_several_at_once_and_stops_them_all(monkeypatch)
     assert time.monotonic() - start < 10 and running[0] == 0
 
 
+def test_a_cluster_run_stops_when_no_node_can_take_the_rest(monkeypatch):
+    """Every node that could grade died and none joined: Ray would keep the tasks waiting forever."""
+    import ray
+
+    from raydata_grader import dispatch
+
+    limits = JobLimits(180, 1200, 3 * GiB, 20_000)
+    runner = dispatch.ClusterRunner("10.0.0.1:6379", {}, limits)
+    runner._pending = {"ref-1": GradeJob("ann", ASSIGNMENT, b"{}", None, limits, "")}
+    monkeypatch.setattr(dispatch, "STALL_CHECK_S", 0.01)
+    monkeypatch.setattr(dispatch, "STALL_S", 0.3)
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: ([], refs))
+    nodes = [{"Alive": True, "Resources": {"CPU": 0.0, "memory": 100 * GiB}},  # the head: no CPUs
+             {"Alive": False, "Resources": {"CPU": 8.0, "memory": 64 * GiB}},  # died
+             {"Alive": True, "Resources": {"CPU": 8.0, "memory": 4 * GiB}}]  # too small for 3 + 2 GiB
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    assert runner._capacity() == 0
+    with pytest.raises(dispatch.ClusterTooSmall, match="1 still to grade"):
+        next(runner.completed())
+    nodes[1]["Alive"] = True  # it came back: the run waits on
+    assert runner._capacity() == 8  # min(8 CPUs / 1, 64 GiB / 5 GiB)
+
+
 def test_default_jobs_takes_the_smaller_of_cores_and_memory(monkeypatch):
     limits = JobLimits(180, 1200, 6 * GiB, 20_000)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"available": 64 * GiB})())
     jobs, reason = default_jobs(limits)
     assert jobs == 8 and "16 logical CPUs" in reason and "64.0 GiB available / 8.0 GiB per notebook = 8" in reason
     assert default_jobs(limits, cpus_per_notebook=4)[0] == 4
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"available": 2 * GiB})())
     assert default_jobs(limits)[0] == 1  # never 0: one notebook at a time still grades
-    assert notebook_bytes_needed(limits, cgroups=False) == 6 * GiB
+    # without cgroups, the sandbox's private /tmp, /dev/shm and home count besides the limit
+    from raydata_grader.kernel_sandbox import SandboxLimits
+
+    assert notebook_bytes_needed(limits, cgroups=False) == 6 * GiB + SandboxLimits().scratch_bytes
     assert notebook_bytes_needed(JobLimits(180, 1200, 6 * GiB, 20_000, sandbox=False)) == 6 * GiB
 
 
@@ -366,15 +437,31 @@ def test_a_job_dies_with_the_process_that_runs_it(tmp_path):
 
 
 def test_the_sweep_removes_only_what_dead_owners_left(tmp_path):
+    from raydata_grader.scratch import LOCK_NAME, owned_temp_dir, remove_owned
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    gone = tmp_path / f"rdg-{dead.pid}-jobabc"
-    mine = tmp_path / f"rdg-{os.getpid()}-jobdef"
-    other = tmp_path / "rdg-abcdefgh"  # an older grader's name, or another tool's: never touched
-    for folder in (gone, mine, other):
+    gone = tmp_path / f"rdg-{dead.pid}-jobabc"  # no lock file (an older grader's): its pid decides
+    other = tmp_path / "rdg-abcdefgh"  # another tool's name: never touched
+    for folder in (gone, other):
         (folder / "course").mkdir(parents=True)
+    mine = owned_temp_dir("job", parent=str(tmp_path))  # locked by this process
+    # a folder whose owner runs in another process: kept while it runs, swept once it is killed
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from raydata_grader.scratch import owned_temp_dir
+        print(owned_temp_dir("job", parent={str(tmp_path)!r}), flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True)
+    theirs = Path(holder.stdout.readline().strip())
+    assert (theirs / LOCK_NAME).is_file() and (mine / LOCK_NAME).is_file()
     removed = sweep(str(tmp_path))
-    assert str(gone) in removed and not gone.exists() and mine.exists() and other.exists()
+    assert removed == [str(gone)] and mine.exists() and theirs.exists() and other.exists()
+    holder.kill()
+    holder.wait()
+    assert sweep(str(tmp_path)) == [str(theirs)] and mine.exists()
+    remove_owned(mine)
+    assert not mine.exists() and sweep(str(tmp_path)) == []
 
 
 def test_the_sweep_ends_a_dead_owners_cgroup(sandbox_support):
@@ -403,17 +490,24 @@ def test_a_job_refuses_a_machine_with_another_installation():
         run_job(_kit(), job)
     job = GradeJob("ann", ASSIGNMENT, b"{}", None, JobLimits(180, 1200, 6 * GiB, 20_000, sandbox=False),
                    installation_digest())
-    with pytest.raises(ValueError, match="arrived changed"):
+    with pytest.raises(KitCorrupted, match="arrived changed"):
         run_job(_kit(), job)
 
 
 def test_merging_a_result_keeps_its_files_inside_the_grading_folder(tmp_path):
+    job = GradeJob("ann", ASSIGNMENT, b"{}", None, JobLimits(180, 1200, 6 * GiB, 20_000), "")
     result = JobResult("ann", ASSIGNMENT, "crashed", 0.0, {}, ["x"], 1.0, 1.0, "n1",
                        autograded={f"{ASSIGNMENT}.ipynb": b"{}", "../../escape.txt": b"no", "/etc/escape": b"no"},
                        work={"result.json": b"{}", "../up.json": b"no"})
-    merge_result(tmp_path, result)
+    merge_result(tmp_path, job, result)
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert written == [f"autograded/ann/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", f"work/ann/{ASSIGNMENT}/result.json"]
+    bob = JobResult("bob", ASSIGNMENT, "graded", 12.0, {}, [], 1.0, 1.0, "n1")
+    with pytest.raises(ValueError, match="another submission's"):
+        merge_result(tmp_path, job, bob)
+    record = GradebookRecord(ASSIGNMENT, "bob", None, ())
+    with pytest.raises(ValueError, match="another submission's"):
+        merge_result(tmp_path, job, JobResult("ann", ASSIGNMENT, "graded", 0.0, {}, [], 1.0, 1.0, "n1", gradebook=record))
 
 
 def test_the_command_line_refuses_conflicting_modes(tmp_path):

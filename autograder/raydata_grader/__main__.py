@@ -139,11 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{args.command}] error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        from raydata_grader.dispatch import ClusterTooSmall
+        from raydata_grader.dispatch import ClusterError
         from raydata_grader.integrity import IntegrityError
-        from raydata_grader.jobs import NodeMismatch, SandboxUnavailable
+        from raydata_grader.jobs import KitCorrupted, NodeMismatch, SandboxUnavailable
 
-        if isinstance(exc, (SandboxUnavailable, IntegrityError, NodeMismatch, ClusterTooSmall)):
+        if isinstance(exc, (SandboxUnavailable, IntegrityError, NodeMismatch, ClusterError, KitCorrupted)):
             print(f"[{args.command}] error: {exc}", file=sys.stderr)
             return 2
         raise

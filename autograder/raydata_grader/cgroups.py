@@ -9,6 +9,11 @@ joins it before it starts bubblewrap, so the kernel, Ray and everything they sta
   tmpfs and shared memory (Ray's object store in the sandbox's ``/dev/shm``) together; over
   it, the kernel's OOM killer ends a process of the group (:meth:`Cgroup.oom_kills` counts);
 - **processes**: ``pids.max`` bounds processes and threads together;
+- **CPU**, where the controller can be had: the group is scheduled as one against the other
+  groups (v1 ``cpu`` hierarchy, v2 ``cpu`` controller; equal weights by default), so a kernel
+  that spins a thousand threads gets no more of the machine than one that spins two, and a
+  quota caps it at ``cpus`` cores (``cpu.cfs_quota_us`` / ``cpu.max``): several notebooks
+  graded at once on one machine cannot starve one another;
 - **CPU time**: the group's CPU usage (``cpuacct.usage`` in v1's ``cpuacct`` hierarchy, where
   it is mounted; ``cpu.stat``'s ``usage_usec`` in v2), read when the group is stopped
   (:attr:`Cgroup.cpu_seconds_at_stop`): the CPU the kernel, Ray and everything they started
@@ -67,6 +72,8 @@ class Cgroup:
         name: the cgroup's name (unique per notebook).
         memory_bytes: the memory limit, in bytes (shared memory and tmpfs included).
         pids_max: most processes and threads at once.
+        cpus: most cores the group may use at once (None: no quota; the group is still
+            scheduled as one where the CPU controller can be had).
 
     Raises:
         OSError: if the cgroup cannot be made (the grader is not root, say).
@@ -75,18 +82,27 @@ class Cgroup:
     #: CPU seconds the group had used when :meth:`stop` killed what was left (None: unknown).
     cpu_seconds_at_stop: float | None = None
 
-    def __init__(self, version: str, name: str, memory_bytes: int, pids_max: int):
+    def __init__(self, version: str, name: str, memory_bytes: int, pids_max: int, cpus: float | None = None):
         self.version = version
         if version == "v1":
             memory, pids = CGROUP_ROOT / "memory" / name, CGROUP_ROOT / "pids" / name
             for d in (memory, pids):
                 d.mkdir(exist_ok=True)
             self.dirs = [memory, pids]
-            if (CGROUP_ROOT / "cpuacct").is_dir():  # optional: CPU accounting only
+            for controller in ("cpuacct", "cpu"):  # optional: CPU accounting, CPU scheduling and quota
+                folder = CGROUP_ROOT / controller / name
+                if (CGROUP_ROOT / controller).is_dir() and folder.resolve() not in {d.resolve() for d in self.dirs}:
+                    try:
+                        folder.mkdir(exist_ok=True)
+                        self.dirs.append(folder)
+                    except OSError:
+                        pass
+            cpu_dir = CGROUP_ROOT / "cpu" / name
+            if cpus and (cpu_dir / "cpu.cfs_quota_us").exists():
                 try:
-                    (CGROUP_ROOT / "cpuacct" / name).mkdir(exist_ok=True)
-                    self.dirs.append(CGROUP_ROOT / "cpuacct" / name)
-                except OSError:
+                    period = int((cpu_dir / "cpu.cfs_period_us").read_text())
+                    (cpu_dir / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+                except (OSError, ValueError):
                     pass
             (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
             swap = memory / "memory.memsw.limit_in_bytes"
@@ -104,6 +120,11 @@ class Cgroup:
             if (group / "memory.swap.max").exists():
                 (group / "memory.swap.max").write_text("0")
             (group / "pids.max").write_text(str(pids_max))
+            if cpus and (group / "cpu.max").exists():  # the cpu controller is on for the root's children
+                try:
+                    (group / "cpu.max").write_text(f"{int(cpus * 100_000)} 100000")
+                except OSError:
+                    pass
 
     @classmethod
     def existing(cls, version: str, dirs: list[Path]) -> "Cgroup":
@@ -206,7 +227,7 @@ def stale_cgroups(is_stale: Callable[[str], bool]) -> Iterator[Cgroup]:
     version = writable_version()
     if not version:
         return
-    roots = [CGROUP_ROOT / "memory", CGROUP_ROOT / "pids", CGROUP_ROOT / "cpuacct"] if version == "v1" else [CGROUP_ROOT]
+    roots = ([CGROUP_ROOT / c for c in ("memory", "pids", "cpuacct", "cpu")] if version == "v1" else [CGROUP_ROOT])
     names: dict[str, list[Path]] = {}
     for root in roots:
         try:
@@ -215,7 +236,9 @@ def stale_cgroups(is_stale: Callable[[str], bool]) -> Iterator[Cgroup]:
             continue
         for entry in entries:
             if entry.name.startswith(CGROUP_PREFIX + "-") and entry.is_dir(follow_symlinks=False):
-                names.setdefault(entry.name, []).append(Path(entry.path))
+                folders = names.setdefault(entry.name, [])
+                if Path(entry.path).resolve() not in {f.resolve() for f in folders}:  # cpu,cpuacct: one folder
+                    folders.append(Path(entry.path))
     for name, dirs in sorted(names.items()):
         if is_stale(name):
             yield Cgroup.existing(version, dirs)

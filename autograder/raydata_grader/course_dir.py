@@ -20,8 +20,7 @@ import nbformat
 from raydata_course._util import temporary_env
 from raydata_course.layout import HEADLESS_ENV
 from raydata_grader.paths import ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook
-from raydata_grader.sandbox import remove_tree
-from raydata_grader.scratch import owned_temp_dir
+from raydata_grader.scratch import owned_temp_dir, remove_owned
 
 __all__ = [
     "nbgrader_config",
@@ -257,7 +256,7 @@ def autograde(
             with temporary_env({HEADLESS_ENV: "1", **(env or {})}):
                 result = api.autograde(assignment, student, force=True)
     finally:
-        remove_tree(base)
+        remove_owned(base)
     verdicts = {gid: v.to_json() for gid, v in judge.verdicts.items()}
     log_text = (result.get("log") or "") + (result.get("error") or "")
     if not result["success"]:

@@ -42,30 +42,40 @@ from typing import Iterator
 import psutil
 
 from raydata_course.units import GiB
-from raydata_grader.jobs import (CourseKit, GradeJob, JobLimits, JobResult, NodeMismatch, SandboxUnavailable,
-                                 installation_digest, notebook_bytes_needed, run_job)
+from raydata_grader.jobs import (GradeJob, JobLimits, JobResult, NodeMismatch, SandboxUnavailable,
+                                 notebook_bytes_needed, run_job)
+from raydata_grader.kit import CourseKit, installation_digest
 
-__all__ = ["ClusterTooSmall", "NodeFacts", "default_jobs", "LocalRunner", "ClusterRunner", "node_facts"]
+__all__ = ["ClusterError", "ClusterTooSmall", "NodeFacts", "default_jobs", "LocalRunner", "ClusterRunner", "node_facts"]
 
+#: Seconds every node gets to answer the check before the first notebook.
+NODE_CHECK_S = 300.0
 #: Seconds a cancelled Ray task gets to end its job before Ray kills its worker.
 CANCEL_GRACE_S = 15.0
+#: How often a run on a cluster checks, while no result comes, that some live node can still
+#: take a notebook, and how long it waits when none can before it stops, in seconds.
+STALL_CHECK_S, STALL_S = 30.0, 300.0
 
 
-class ClusterTooSmall(RuntimeError):
+class ClusterError(RuntimeError):
+    """The cluster cannot grade this run (the message says why and what to do)."""
+
+
+class ClusterTooSmall(ClusterError):
     """No node of the cluster can hold one notebook's resources."""
 
 
 def default_jobs(limits: JobLimits, cpus_per_notebook: float = 1.0, cgroups: bool = True) -> tuple[int, str]:
     """How many notebooks this machine can grade at once for ``limits``, and why, in words.
 
-    The smaller of the logical CPUs divided by ``cpus_per_notebook`` and the available memory
-    divided by what one job may take (:func:`~raydata_grader.jobs.notebook_bytes_needed`),
-    and at least 1.
+    The smaller of the logical CPUs this process may run on divided by ``cpus_per_notebook``
+    and the available memory divided by what one job may take
+    (:func:`~raydata_grader.jobs.notebook_bytes_needed`), and at least 1.
 
     Returns:
         ``(jobs, reason)``; the reason is one line for the run's log.
     """
-    cpus = os.cpu_count() or 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     available = psutil.virtual_memory().available
     per_notebook = notebook_bytes_needed(limits, cgroups)
     by_cpu = int(cpus // cpus_per_notebook)
@@ -182,8 +192,10 @@ class ClusterRunner:
     Raises (on entering):
         RuntimeError: if this process is already connected to Ray.
         NodeMismatch: if a node's installation differs from this one.
-        SandboxUnavailable: if the jobs need a sandbox and a node with CPUs cannot sandbox.
+        SandboxUnavailable: if the jobs need a sandbox and a node that could grade cannot
+            sandbox, or the nodes that could grade sandbox differently (with and without cgroups).
         ClusterTooSmall: if no node can hold one notebook's CPUs and memory.
+        ClusterError: if a node did not answer the check within :data:`NODE_CHECK_S`.
     """
 
     def __init__(self, address: str, kits: dict[str, CourseKit], limits: JobLimits, cpus_per_notebook: float = 1.0,
@@ -198,13 +210,14 @@ class ClusterRunner:
         self._kit_refs: dict = {}
         self._task = None
         self.slots = 0
+        self.cgroups = True
         self.nodes: list[NodeFacts] = []
 
     def describe(self) -> str:
         """One line for the log: where and how many at once."""
         return (f"on the Ray cluster at {self.address}: {len(self.nodes)} node(s), up to {self.slots} notebook(s) "
                 f"at once, each a task of {self.cpus_per_notebook:g} CPU and "
-                f"{notebook_bytes_needed(self.limits) / GiB:.1f} GiB, retried up to {self.retries} times")
+                f"{notebook_bytes_needed(self.limits, self.cgroups) / GiB:.1f} GiB, retried up to {self.retries} times")
 
     def __enter__(self) -> "ClusterRunner":
         import ray
@@ -219,7 +232,7 @@ class ClusterRunner:
             self._check_nodes()
             self._kit_refs = {a: ray.put(kit) for a, kit in self.kits.items()}
             self._task = ray.remote(_grade_task).options(
-                num_cpus=self.cpus_per_notebook, memory=notebook_bytes_needed(self.limits),
+                num_cpus=self.cpus_per_notebook, memory=notebook_bytes_needed(self.limits, self.cgroups),
                 max_retries=self.retries, retry_exceptions=False)
         except BaseException:
             ray.shutdown()
@@ -228,13 +241,18 @@ class ClusterRunner:
 
     def _check_nodes(self) -> None:
         import ray
+        from ray.exceptions import GetTimeoutError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = [n for n in ray.nodes() if n.get("Alive")]
         probe = ray.remote(node_facts)
         refs = [probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                 .remote() for n in alive]
-        facts = ray.get(refs, timeout=300)
+        try:
+            facts = ray.get(refs, timeout=NODE_CHECK_S)
+        except GetTimeoutError:
+            raise ClusterError(f"not every node of the cluster at {self.address} answered the grader's check within "
+                               f"{NODE_CHECK_S:.0f} s (is one busy, or starting?): try again, or leave it out") from None
         self.nodes = facts
         mine = installation_digest()
         odd = [f.host for f in facts if f.digest != mine]
@@ -242,23 +260,35 @@ class ClusterRunner:
             raise NodeMismatch(f"node(s) {', '.join(odd)} have another installation of the course than this machine "
                                "(the grader, the student package, the nbgrader configuration, or Python, Ray or "
                                "nbgrader): install the same checkout on every node (make setup)")
-        need_bytes = notebook_bytes_needed(self.limits)
+        # What a notebook may take depends on the sandbox: every node that grades must offer the same one.
+        kinds = {(f.sandbox, f.cgroups) for node, f in zip(alive, facts)
+                 if float(node.get("Resources", {}).get("CPU", 0)) >= self.cpus_per_notebook}
+        if self.limits.sandbox and any(kind == "none" for kind, _ in kinds):
+            bad = [f"{f.host} ({f.why})" for f in facts if f.sandbox == "none"]
+            raise SandboxUnavailable(
+                f"node(s) {', '.join(bad)} cannot sandbox the notebooks they would grade: install bubblewrap there "
+                "(and grade as root, for the cgroup bounds), leave them out, or pass --no-sandbox (only for "
+                "notebooks you trust)")
+        if self.limits.sandbox and len(kinds) > 1:
+            raise SandboxUnavailable(
+                "the nodes sandbox notebooks differently (" + "; ".join(f"{f.host}: {f.sandbox}, cgroups "
+                                                                          f"{f.cgroups or 'none'}" for f in facts)
+                + "), so one notebook would get other limits on another node: run every node the same way "
+                "(as root, with writable cgroups)")
+        self.cgroups = all(c for _, c in kinds) if kinds else True
+        need_bytes = notebook_bytes_needed(self.limits, self.cgroups)
         sizes = []
         for node, fact in zip(alive, facts):
             res = node.get("Resources", {})
             cpus, memory = float(res.get("CPU", 0)), float(res.get("memory", 0))
             fits = int(min(cpus // self.cpus_per_notebook, memory // need_bytes))
             sizes.append(f"{fact.host}/{fact.node_id[:8]}: {cpus:g} CPU, {memory / GiB:.1f} GiB -> {fits}")
-            if cpus >= self.cpus_per_notebook and self.limits.sandbox and fact.sandbox == "none":
-                raise SandboxUnavailable(
-                    f"node {fact.host} cannot sandbox the notebooks it would grade ({fact.why}): install bubblewrap "
-                    "there, leave it out of the cluster, or pass --no-sandbox (only for notebooks you trust)")
             self.slots += max(fits, 0)
         if self.slots == 0:
             raise ClusterTooSmall(
                 f"no node of the cluster at {self.address} can hold one notebook: each needs "
                 f"{self.cpus_per_notebook:g} CPU and {need_bytes / GiB:.1f} GiB of Ray's memory resource (the "
-                f"per-notebook limit of {self.limits.memory_bytes / GiB:.1f} GiB plus the grader's allowance beside "
+                f"per-notebook limit of {self.limits.memory_bytes / GiB:.1f} GiB plus what the grader needs beside "
                 f"it); the nodes offer {'; '.join(sizes)}. Lower --memory-gib, or add a larger node.")
         self.log(f"[grade] cluster nodes (CPU, Ray memory -> notebooks at once): {'; '.join(sizes)}")
 
@@ -266,18 +296,49 @@ class ClusterRunner:
         """Start ``job`` as a Ray task."""
         self._pending[self._task.remote(self._kit_refs[job.assignment], job)] = job
 
+    def _capacity(self) -> int:
+        """Notebooks the live nodes could take at once, by their total CPUs and memory."""
+        import ray
+
+        need_bytes = notebook_bytes_needed(self.limits, self.cgroups)
+        slots = 0
+        for node in ray.nodes():
+            if node.get("Alive"):
+                res = node.get("Resources", {})
+                slots += int(min(float(res.get("CPU", 0)) // self.cpus_per_notebook,
+                                 float(res.get("memory", 0)) // need_bytes))
+        return slots
+
     def completed(self) -> Iterator[tuple[GradeJob, JobResult | BaseException]]:
         """Each submitted job with its result, or the exception it ended with, as they end.
 
         An exception the job raised itself comes as itself (``RayTaskError``'s cause); a task
         that failed more often than ``retries`` (its node or worker died each time) comes as
         Ray's error.
+
+        Raises:
+            ClusterTooSmall: when, for :data:`STALL_S` in a row, no live node could take a
+                notebook (every node that could has died, and none has joined): Ray would keep
+                the rest waiting forever. What was graded is kept; run again to grade the rest.
         """
         import ray
         from ray.exceptions import RayTaskError
 
+        stalled_since = None
         while self._pending:
-            ready, _ = ray.wait(list(self._pending), num_returns=1)
+            ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=STALL_CHECK_S)
+            if not ready:
+                if self._capacity() > 0:
+                    stalled_since = None
+                    continue
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since >= STALL_S:
+                    raise ClusterTooSmall(
+                        f"for {STALL_S:.0f} s no live node of the cluster at {self.address} could take a notebook "
+                        f"({len(self._pending)} still to grade): the nodes that could have died or left. Add a node "
+                        "and run the same command again: it grades only what is missing.")
+                continue
+            stalled_since = None
             job = self._pending.pop(ready[0])
             try:
                 yield job, ray.get(ready[0])

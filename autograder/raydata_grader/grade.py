@@ -71,8 +71,9 @@ from raydata_grader.course_dir import release
 from raydata_grader.feedback import write_feedback
 from raydata_grader.integrity import IntegrityError, check_integrity
 from raydata_grader.intake import choose, collect_submissions
-from raydata_grader.jobs import (UNSANDBOXED_NOTE, WORKER_ALLOWANCE_BYTES, CourseKit, GradeJob, JobLimits,
-                                 JobStopped, NodeMismatch, SandboxUnavailable, build_kit, installation_digest)
+from raydata_grader.jobs import (UNSANDBOXED_NOTE, WORKER_ALLOWANCE_BYTES, GradeJob, JobLimits, KitCorrupted,
+                                 NodeMismatch, SandboxUnavailable)
+from raydata_grader.kit import CourseKit, build_kit, installation_digest
 from raydata_grader.judge import oracle_digests
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook, source_notebook
 from raydata_grader.progress import Progress
@@ -231,6 +232,18 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
     return None, Planned(job, note, digest, lint.status, lint.repairs)
 
 
+def _duedate(out: Path, assignment: str) -> str | None:
+    """The assignment's due date in the class's gradebook (ISO 8601, UTC), or None if none is set."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        try:
+            due = gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            return None
+        return due.isoformat() if due is not None else None
+
+
 def _runner(options: GradeOptions, kits: dict[str, CourseKit], support, log):
     from raydata_grader.dispatch import ClusterRunner, LocalRunner, default_jobs
 
@@ -265,10 +278,11 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
         IntegrityError: if the oracles or the gradebook changed during the run.
     """
     options = options or GradeOptions()
-    if options.cluster is None and os.environ.get("RAY_ADDRESS") and options.ray_address is None:
-        options = replace(options, cluster=os.environ["RAY_ADDRESS"])
     out = Path(out).resolve()
     log = (lambda *a: None) if options.quiet else (lambda *a: print(*a, flush=True))
+    if options.cluster is None and os.environ.get("RAY_ADDRESS") and options.ray_address is None:
+        options = replace(options, cluster=os.environ["RAY_ADDRESS"])
+        log(f"[grade] RAY_ADDRESS is set: grading on the Ray cluster at {options.cluster} (unset it to grade here)")
     support = _sandbox_support(options, log)
     known = tuple(ASSIGNMENTS)
     if options.assignments:
@@ -284,7 +298,7 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
         return read_rows(out)
     start = time.monotonic()
     ensure_course(out, wanted)
-    kits = {a: build_kit(out, a) for a in wanted}
+    kits = {a: replace(build_kit(out, a), duedate=_duedate(out, a)) for a in wanted}
     digests = oracle_digests(oracles_dir())
     stale = [a for a in wanted if digests.get(f"{a}.py") != kits[a].oracle_sha256]
     if stale:
@@ -371,17 +385,19 @@ def _grade_jobs(out: Path, planned: list[Planned], kits: dict[str, CourseKit], r
             for job, result in runner.completed():
                 p = by_key[(job.student, job.assignment)]
                 kit = kits[job.assignment]
-                if isinstance(result, (NodeMismatch, SandboxUnavailable, KeyboardInterrupt)):
-                    raise result
-                if isinstance(result, JobStopped):
-                    continue
+                if isinstance(result, (NodeMismatch, SandboxUnavailable, KitCorrupted, KeyboardInterrupt)):
+                    raise result  # the machine or the run is wrong, not this notebook: stop, say why
                 merging = time.monotonic()
                 check_integrity(out, job.assignment, releases[job.assignment], digests, log)
-                if isinstance(result, BaseException):
-                    row, graded = failed_row(p, result, kit, now()), False
+                graded = merged = False
+                if isinstance(result, BaseException):  # JobStopped on its node, a grader bug, Ray gave up
+                    row = failed_row(p, result, kit, now())
                 else:
-                    merge_result(out, result)
-                    row, graded = row_of(p, result, kit, now()), result.graded_by_nbgrader
+                    try:
+                        merge_result(out, job, result)
+                        row, graded, merged = row_of(p, result, kit, now()), result.graded_by_nbgrader, True
+                    except Exception as exc:  # a result this run cannot take in: that row only, the run goes on
+                        row = failed_row(p, exc, kit, now())
                 rows[(job.student, job.assignment)] = row
                 try:
                     write_feedback(out, row, "", graded)
@@ -389,7 +405,7 @@ def _grade_jobs(out: Path, planned: list[Planned], kits: dict[str, CourseKit], r
                     progress.write(f"[grade] {row.student}/{row.assignment}: could not write feedback "
                                    f"({type(exc).__name__}: {exc})")
                 save_rows(out, rows)
-                if not isinstance(result, BaseException):
+                if merged:
                     stats.add(result.wall_s, result.cpu_s, result.node, time.monotonic() - merging)
                 progress.done(f"[grade] {row.student}/{row.assignment}: {row.status} {row.score:g}/{row.max_score:g}"
                               + (f" in {row.seconds:.0f} s on {row.node}" if row.seconds else "")

@@ -20,21 +20,17 @@ of a Ray cluster, as a Ray task), sharing no file with the run:
   and result files, and the wall and CPU seconds it took.
 
 A job refuses to run on a machine whose installation differs from the run's
-(:func:`installation_digest`: the grader, the student package, the nbgrader configuration,
+(:func:`raydata_grader.kit.installation_digest`: the grader, the student package, the nbgrader configuration,
 Ray's, nbgrader's and Python's versions), or, when the run asks for a sandbox, on one that
 cannot sandbox: both raise, and the run stops with the reason.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import socket
-import sys
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import nbformat
@@ -42,15 +38,15 @@ import nbformat
 from raydata_course.layout import GRADING_CPUS, HEADLESS_ENV, MACHINE_CPUS_ENV, PROGRESS_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB
 from raydata_grader.gradebook import GradebookRecord
+from raydata_grader.kit import CourseKit, files_under, installation_digest, sha256
 from raydata_grader.outcome import classify, read_json
-from raydata_grader.paths import oracles_dir
-from raydata_grader.sandbox import remove_tree, run_limited
-from raydata_grader.scratch import owned_temp_dir, sweep
+from raydata_grader.sandbox import run_limited
+from raydata_grader.scratch import owned_temp_dir, remove_owned, sweep
 from raydata_grader.worker import worker_command
 
-__all__ = ["SandboxUnavailable", "NodeMismatch", "JobStopped", "UNSANDBOXED_NOTE", "WORKER_ALLOWANCE_BYTES",
-           "JobLimits", "CourseKit", "GradeJob", "JobResult", "build_kit", "installation_digest", "run_job",
-           "notebook_bytes_needed", "cpu_seconds"]
+__all__ = ["SandboxUnavailable", "NodeMismatch", "JobStopped", "KitCorrupted", "UNSANDBOXED_NOTE",
+           "WORKER_ALLOWANCE_BYTES", "JobLimits", "GradeJob", "JobResult", "run_job", "notebook_bytes_needed",
+           "cpu_seconds"]
 
 #: What every row graded with ``--no-sandbox`` says.
 UNSANDBOXED_NOTE = ("graded WITHOUT a sandbox (--no-sandbox): the kernel ran as the grader's user, with the "
@@ -77,6 +73,10 @@ class JobStopped(Exception):
     """The run stopped this job (Ctrl-C, SIGTERM) before it ended; it has no result."""
 
 
+class KitCorrupted(RuntimeError):
+    """A course kit arrived on the machine that grades with another oracle than the run's."""
+
+
 @dataclass(frozen=True)
 class JobLimits:
     """The bounds and switches one job grades under (set from the run's options).
@@ -100,37 +100,23 @@ class JobLimits:
 
 
 def notebook_bytes_needed(limits: JobLimits, cgroups: bool = True) -> int:
-    """Memory one job may take, in bytes: the notebook's limit, plus the worker's beside it.
+    """Memory one job may take, in bytes: what a run admits per notebook, and what a Ray task asks for.
 
-    With cgroups the kernel's own limit (``memory_bytes``) acts first and the worker beside it
-    (nbgrader, the judge) may use :data:`WORKER_ALLOWANCE_BYTES` more; without, the
-    watchdog's limit covers both. What a run admits per notebook, and what a Ray task asks
-    for, is this figure.
+    - With a sandbox and cgroups: the notebook's limit (the kernel's cgroup, its private
+      ``/tmp`` and ``/dev/shm`` included), plus :data:`WORKER_ALLOWANCE_BYTES` for the worker
+      beside it (nbgrader, the judge).
+    - With a sandbox and no cgroups (a grader that is not root): the limit bounds the
+      processes (the watchdog's PSS sum), but the sandbox's private tmpfs mounts are memory
+      it does not count, so their sizes are added.
+    - Without a sandbox: the limit (the watchdog's sum covers worker and kernel).
     """
-    return limits.memory_bytes + (WORKER_ALLOWANCE_BYTES if cgroups and limits.sandbox else 0)
+    if not limits.sandbox:
+        return limits.memory_bytes
+    if cgroups:
+        return limits.memory_bytes + WORKER_ALLOWANCE_BYTES
+    from raydata_grader.kernel_sandbox import SandboxLimits
 
-
-@dataclass(frozen=True)
-class CourseKit:
-    """What every job of one assignment needs, built once per run (:func:`build_kit`).
-
-    Attributes:
-        assignment: assignment id.
-        files: ``{path: bytes}`` of an nbgrader course that holds this assignment only: its
-            source (``solutions/<id>/...``), its release (``exercises/<id>/...``) and a
-            gradebook without students (``gradebook.db``), paths relative to the course.
-        oracle: the oracle module's source (``autograder/oracles/<id>.py``), as bytes.
-        oracle_sha256: its SHA-256, checked where the job runs.
-        source_sha256: SHA-256 of the source notebook (the row keeps it).
-        max_score: points of the release's grade cells.
-    """
-
-    assignment: str
-    files: dict[str, bytes]
-    oracle: bytes
-    oracle_sha256: str
-    source_sha256: str
-    max_score: float
+    return limits.memory_bytes + SandboxLimits().scratch_bytes
 
 
 @dataclass(frozen=True)
@@ -193,95 +179,6 @@ class JobResult:
         return bool(self.autograded) and self.gradebook is not None
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _files_under(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts}
-
-
-def build_kit(out: str | os.PathLike, assignment: str) -> CourseKit:
-    """The :class:`CourseKit` of ``assignment``, from the grading folder ``out``.
-
-    ``out`` must hold the assignment's source (``solutions/<id>/``, as
-    :func:`raydata_grader.grade.ensure_course` copies it). The release and the empty
-    gradebook are generated with nbgrader in a scratch folder, and cached in
-    ``<out>/kits/<id>/`` under the source's hash, so that later runs reuse them.
-
-    Raises:
-        FileNotFoundError: if the source or the oracle module is missing.
-        RuntimeError: if nbgrader cannot generate the release.
-    """
-    from raydata_grader.course_dir import release
-
-    out = Path(out).resolve()
-    source = out / "solutions" / assignment
-    if not (source / f"{assignment}.ipynb").is_file():
-        raise FileNotFoundError(f"{source / f'{assignment}.ipynb'} is missing: the grading folder holds no source "
-                                f"of {assignment}")
-    oracle_path = oracles_dir() / f"{assignment}.py"
-    if not oracle_path.is_file():
-        raise FileNotFoundError(f"no oracle module {oracle_path}: every assignment needs one")
-    source_files = _files_under(source)
-    key = _sha(json.dumps({k: _sha(v) for k, v in source_files.items()}, sort_keys=True).encode())
-    cache = out / "kits" / assignment
-    if not ((cache / "key.txt").is_file() and (cache / "key.txt").read_text() == key):
-        remove_tree(cache)
-        scratch = owned_temp_dir("kit")
-        try:
-            for name, data in source_files.items():
-                target = scratch / "solutions" / assignment / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            release((assignment,), course_dir=scratch)
-            cache.mkdir(parents=True)
-            for folder in ("solutions", "exercises"):
-                src = scratch / folder / assignment
-                for name, data in _files_under(src).items():
-                    target = cache / folder / assignment / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
-            (cache / "gradebook.db").write_bytes((scratch / "gradebook.db").read_bytes())
-            (cache / "key.txt").write_text(key)
-        finally:
-            remove_tree(scratch)
-    files = {k: v for k, v in _files_under(cache).items() if k != "key.txt"}
-    release_nb = nbformat.reads(files[f"exercises/{assignment}/{assignment}.ipynb"].decode(), as_version=4)
-    max_score = float(sum(float(c.metadata.get("nbgrader", {}).get("points", 0) or 0) for c in release_nb.cells
-                          if c.metadata.get("nbgrader", {}).get("grade")))
-    oracle = oracle_path.read_bytes()
-    return CourseKit(assignment, files, oracle, _sha(oracle), _sha(source_files[f"{assignment}.ipynb"]), max_score)
-
-
-@lru_cache(maxsize=1)
-def installation_digest() -> str:
-    """SHA-256 of what grading depends on in this installation, beside the kit a job brings.
-
-    The source of both packages (``raydata_grader``, ``raydata_course``), the course's
-    nbgrader configuration, and the versions of Python, Ray and nbgrader. Every machine that
-    grades for one run must give the run's value, or the same notebook could be graded
-    differently there.
-    """
-    import nbgrader
-    import ray
-
-    import raydata_course
-    import raydata_grader
-    from raydata_grader.paths import nbgrader_config_file
-
-    digest = hashlib.sha256()
-    for package in (raydata_grader, raydata_course):
-        root = Path(package.__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
-    digest.update(nbgrader_config_file().read_bytes())
-    digest.update(f"python {sys.version_info[:3]} ray {ray.__version__} nbgrader {nbgrader.__version__}".encode())
-    return digest.hexdigest()
-
-
 def cpu_seconds(result: dict | None, outcome) -> float:
     """CPU time one autograde used, in seconds.
 
@@ -311,6 +208,13 @@ def _job_env(temp_root: str, progress_path: Path, limits: JobLimits, sandboxed: 
         if (Path.home() / ".ray" / "auth_token").is_file():
             env.setdefault("RAY_AUTH_MODE", "token")
     return env
+
+
+def _set_duedate(course: Path, assignment: str, duedate: str) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(assignment, duedate=duedate)
 
 
 def _check_machine(job: GradeJob):
@@ -354,12 +258,13 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
         NodeMismatch: if this machine's installation is not the run's.
         SandboxUnavailable: if the job needs a sandbox and this machine cannot give one.
         JobStopped: if ``stop`` was set (or the task was cancelled) before the job ended.
-        ValueError: if the kit's oracle does not hash to its recorded SHA-256.
+        KitCorrupted: if the kit's oracle does not hash to its recorded SHA-256.
     """
     sweep()
     support = _check_machine(job)
-    if _sha(kit.oracle) != kit.oracle_sha256:
-        raise ValueError(f"the oracle of {kit.assignment} arrived changed (its SHA-256 is not the kit's)")
+    if sha256(kit.oracle) != kit.oracle_sha256:
+        raise KitCorrupted(f"the oracle of {kit.assignment} arrived changed on {socket.gethostname()} (its SHA-256 "
+                           "is not the kit's): grade again")
     limits = job.limits
     root = owned_temp_dir("job")
     temp_root = str(owned_temp_dir())
@@ -369,6 +274,8 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
             target = course / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+        if kit.duedate:
+            _set_duedate(course, kit.assignment, kit.duedate)
         oracles = root / "oracles"
         oracles.mkdir(mode=0o700)
         (oracles / f"{kit.assignment}.py").write_bytes(kit.oracle)
@@ -403,7 +310,7 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
         if result and result.get("success") and result.get("gradebook"):
             record = GradebookRecord.from_json(result["gradebook"])
         autograded_dir = course / "autograded" / job.student / job.assignment
-        autograded = _files_under(autograded_dir) if autograded_dir.is_dir() else {}
+        autograded = files_under(autograded_dir) if autograded_dir.is_dir() else {}
         work_files = {p.name: p.read_bytes() for p in (result_path, progress_path) if p.is_file()}
         if log_path.is_file():
             with open(log_path, "rb") as f:
@@ -415,5 +322,5 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
     except KeyboardInterrupt as exc:  # a cancelled Ray task: run_limited has killed the job's processes
         raise JobStopped(f"{job.student}/{job.assignment} was cancelled") from exc
     finally:
-        remove_tree(root)
-        remove_tree(temp_root)
+        remove_owned(root)
+        remove_owned(temp_root)

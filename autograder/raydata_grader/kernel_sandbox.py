@@ -19,7 +19,8 @@ included), runs inside a sandbox built with bubblewrap (Debian's ``bubblewrap``)
 - **loopback only** (``--unshare-net``): Ray inside works on 127.0.0.1; nothing else is
   reachable;
 - **bounds**: a per-notebook cgroup (v1 or v2) caps memory, tmpfs and shared memory included,
-  and the number of processes and threads; ``prlimit`` caps each process's private memory
+  and the number of processes and threads, and, where the CPU controller can be had, shares
+  the CPUs fairly between notebooks graded at once and caps each at 2 cores; ``prlimit`` caps each process's private memory
   (``RLIMIT_DATA``), the size of any file it writes (``RLIMIT_FSIZE``) and core dumps; the
   grader's watchdog (:func:`raydata_grader.sandbox.run_limited`) caps wall time.
 
@@ -140,6 +141,11 @@ class SandboxLimits:
         tmp_bytes: size of the private ``/tmp``, in bytes.
         shm_bytes: size of the private ``/dev/shm`` (Ray's object store lives there), in bytes.
         home_bytes: size of the private home and working folder, in bytes.
+        cpus: most cores the kernel and everything it starts may use at once (the cgroup's
+            CPU quota, where the CPU controller can be had). A graded notebook keeps about
+            1.3 cores busy on average (``benchmarks/grade_scale.py``), and its Ray runtime
+            has 4 logical CPUs (:data:`raydata_course.layout.GRADING_CPUS`); 2 lets it burst
+            while a neighbour that spins every thread it can is held to 2 too.
     """
 
     memory_bytes: int = 6 * GiB
@@ -148,6 +154,13 @@ class SandboxLimits:
     tmp_bytes: int = 2 * GiB
     shm_bytes: int = 3 * GiB
     home_bytes: int = 256 * MiB
+    cpus: float = 2.0
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The private tmpfs mounts together (``/tmp``, ``/dev/shm``, home), in bytes: memory the
+        kernel can fill that only a cgroup counts."""
+        return self.tmp_bytes + self.shm_bytes + self.home_bytes
 
 
 def _python_dirs() -> list[str]:
@@ -210,7 +223,7 @@ class KernelJail:
         if self.support.cgroups:
             unique = hashlib.sha256(f"{self.base_dir.resolve()}:{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:16]
             self.cgroup = Cgroup(self.support.cgroups, f"{CGROUP_PREFIX}-{os.getpid()}-{unique}",
-                                 self.limits.memory_bytes, self.limits.pids_max)
+                                 self.limits.memory_bytes, self.limits.pids_max, self.limits.cpus)
         return self
 
     def __exit__(self, *exc) -> None:

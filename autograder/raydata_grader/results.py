@@ -4,7 +4,7 @@ The grading run (:mod:`raydata_grader.grade`) takes each :class:`~raydata_grader
 as it comes, from whichever machine graded it, and here, in the run's own process and one at a
 time, makes it part of the one grading folder:
 
-- :func:`merge_result` writes the autograded notebook into ``autograded/<student>/<id>/`` and
+- :func:`merge_result` checks that the result is the job's, writes the autograded notebook into ``autograded/<student>/<id>/`` and
   the worker's files into ``work/<student>/<id>/``, and applies the submission's gradebook
   record to the class's gradebook (:func:`raydata_grader.gradebook.apply_record`);
 - :func:`row_of` makes its row of ``grades.csv`` from the result and what lint found;
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raydata_grader.gradebook import apply_record
-from raydata_grader.jobs import CourseKit, GradeJob, JobResult
+from raydata_grader.jobs import GradeJob, JobResult, JobStopped
+from raydata_grader.kit import CourseKit
 from raydata_grader.records import Row
 
 __all__ = ["Planned", "merge_result", "row_of", "failed_row"]
@@ -51,9 +52,20 @@ def _safe_name(name: str) -> bool:
     return bool(parts) and not Path(name).is_absolute() and ".." not in parts
 
 
-def merge_result(out: Path, result: JobResult) -> None:
-    """Put a job's autograded notebook, gradebook record and work files into the grading folder."""
-    student, assignment = result.student, result.assignment
+def merge_result(out: Path, job: GradeJob, result: JobResult) -> None:
+    """Put a job's autograded notebook, gradebook record and work files into the grading folder.
+
+    Where they go is the job's (the run's own) student and assignment, not what came back.
+
+    Raises:
+        ValueError: if the result or its gradebook record is another submission's.
+        nbgrader.api.MissingEntry: if the class's gradebook lacks a cell of the record.
+    """
+    student, assignment = job.student, job.assignment
+    if (result.student, result.assignment) != (student, assignment) or (
+            result.gradebook is not None
+            and (result.gradebook.student, result.gradebook.assignment) != (student, assignment)):
+        raise ValueError(f"the result that came back for {student}/{assignment} is another submission's")
     autograded = out / "autograded" / student / assignment
     if autograded.exists():
         shutil.rmtree(autograded)
@@ -90,6 +102,8 @@ def failed_row(planned: Planned, error: BaseException, kit: CourseKit, graded_at
     if type(error).__module__.startswith("ray."):  # Ray's own errors: the task failed on every try
         why = (f"the machine grading it failed every time it was tried ({type(error).__name__}: {str(error)[:200]}); "
                "the run went on. Grade again to retry it")
+    elif isinstance(error, JobStopped):
+        why = "its job was stopped on the machine grading it before it ended; the run went on. Grade again to retry it"
     else:
         why = (f"the grader failed on this submission ({type(error).__name__}: {str(error)[:200]}); the run went on. "
                "Instructor: report this with the submitted file (kept in received/)")

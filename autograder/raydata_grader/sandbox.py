@@ -18,6 +18,12 @@ process it starts (the Jupyter kernel, and the Ray cluster that the kernel start
   ``SIGKILL``), so a grader that is killed outright (a Ray worker whose node died) takes the
   job with it instead of leaving it running; a ``stop`` event ends it from another thread.
 
+On Linux the limits and the signal are set by util-linux's ``setpriv --pdeathsig KILL`` and
+``prlimit`` in front of the command, not by Python code between ``fork`` and ``exec``
+(``preexec_fn``, which is not safe while other threads run, and a grading run waits on
+several jobs from several threads). Elsewhere (macOS, grading ``--no-sandbox``) ``preexec_fn``
+sets the memory limits, and there is no parent-death signal.
+
 Every process the job started is killed when it ends, whatever the outcome, including Ray
 processes that outlived their parent (found by ``RAYDATA_COURSE_TMPDIR`` in their environment,
 see :func:`raydata_course.cluster.ray_processes`). The job's CPU time (user + system, of the
@@ -33,9 +39,9 @@ Examples:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,7 +51,7 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["RunOutcome", "run_limited", "tree_memory_bytes"]
+__all__ = ["RunOutcome", "run_limited", "tree_memory_bytes", "limited_command"]
 
 
 @dataclass
@@ -73,23 +79,28 @@ class RunOutcome:
     cpu_s: float = 0.0
 
 
-#: ``prctl(2)`` from the C library, for the parent-death signal (None off Linux).
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG = 1
 
 
 def _limit_memory(memory_bytes: int):
-    parent = os.getpid()
-
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent:  # the parent died before the signal was armed
-                os._exit(1)
 
     return apply
+
+
+def limited_command(cmd: list[str], memory_bytes: int) -> tuple[list[str], object]:
+    """``cmd`` with the memory limits and the parent-death signal set in front of it, where util-linux is.
+
+    Returns:
+        ``(command, preexec_fn)``: on Linux with ``setpriv`` and ``prlimit``,
+        ``setpriv --pdeathsig KILL -- prlimit --data=N --core=0 -- cmd`` and None; elsewhere
+        ``cmd`` and a ``preexec_fn`` that sets ``RLIMIT_DATA`` and ``RLIMIT_CORE``.
+    """
+    setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
+    if sys.platform.startswith("linux") and setpriv and prlimit:
+        return [setpriv, "--pdeathsig", "KILL", "--", prlimit, f"--data={memory_bytes}", "--core=0", "--", *cmd], None
+    return list(cmd), _limit_memory(memory_bytes)
 
 
 def _reap(proc: subprocess.Popen, block: bool) -> float | None:
@@ -186,8 +197,9 @@ def run_limited(
     proc = None
     cpu_s = None
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_limit_memory(memory_bytes))
+        command, preexec = limited_command(cmd, memory_bytes)
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=preexec)
         root = psutil.Process(proc.pid)
         next_poll = start
         while (cpu_s := _reap(proc, block=False)) is None:
@@ -255,8 +267,6 @@ def remove_tree(path: str | os.PathLike) -> None:
     limit raises ``RecursionError`` (which ``ignore_errors`` does not cover); ``rm -rf`` (on
     this file system only) then removes what is left. A missing ``path`` is not an error.
     """
-    import shutil
-
     if not os.path.lexists(path):
         return
     try:

@@ -5,7 +5,8 @@ The grader (:mod:`raydata_grader.grade`) starts this command under
 The worker is trusted: it holds the judge (:mod:`raydata_grader.judge`) and runs nbgrader's
 autograde, whose kernel it starts in a sandbox (:mod:`raydata_grader.kernel_sandbox`). It writes
 a JSON result file: nbgrader's success flag, the gradebook's scores (which come from the
-judge's verdicts), the worker's own CPU seconds, the submission's whole gradebook record
+judge's verdicts), the worker's own CPU seconds and peak resident memory, the submission's whole
+gradebook record
 (:class:`~raydata_grader.gradebook.GradebookRecord`, which the grading run applies to the
 class's gradebook), the verdicts, how the kernel was confined, and, per error output in the
 autograded notebook, the cell's ``grade_id``, ``ename`` and ``evalue``.
@@ -72,6 +73,7 @@ def worker_main(course_dir: str, assignment: str, student: str, result_path: str
         "success": score.success, "score": score.score, "max_score": score.max_score,
         "cells": {k: list(v) for k, v in score.cells.items()}, "gradebook": record, "verdicts": score.verdicts, "sandbox": score.sandbox,
         "worker_cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
+        "worker_peak_rss_bytes": usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024),
         "errors": errors, "log": score.log[-20_000:]}))
     return 0
 
