@@ -165,6 +165,8 @@ ONE_JOB = {
     "src/raydata_course/cluster.py": "the embedded cluster: version check, sizing, start, stop, its processes",
     "src/raydata_course/classroom/lint.py": "structure checks and repairs of a submission against its release",
     "src/raydata_course/judging/values.py": "the wire's inert records and their decoder: every check a hostile value meets",
+    "autograder/raydata_grader/kernel_sandbox.py": "the graded kernel's sandbox: what it offers, its bounds, its command "
+                                                   "line, and the kernel manager that starts the kernel in it",
 }
 
 

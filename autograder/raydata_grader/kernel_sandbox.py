@@ -141,11 +141,9 @@ class SandboxLimits:
         tmp_bytes: size of the private ``/tmp``, in bytes.
         shm_bytes: size of the private ``/dev/shm`` (Ray's object store lives there), in bytes.
         home_bytes: size of the private home and working folder, in bytes.
-        cpus: most cores the kernel and everything it starts may use at once (the cgroup's
-            CPU quota, where the CPU controller can be had). A graded notebook keeps about
-            1.3 cores busy on average (``benchmarks/grade_scale.py``), and its Ray runtime
-            has 4 logical CPUs (:data:`raydata_course.layout.GRADING_CPUS`); 2 lets it burst
-            while a neighbour that spins every thread it can is held to 2 too.
+        cpus: most cores the kernel and all it starts may use at once (the cgroup's CPU quota,
+            where the controller can be had): a notebook keeps about 1.3 busy on average
+            (``benchmarks/grade_scale.py``), and a neighbour that spins every thread is held to 2.
     """
 
     memory_bytes: int = 6 * GiB
@@ -158,8 +156,7 @@ class SandboxLimits:
 
     @property
     def scratch_bytes(self) -> int:
-        """The private tmpfs mounts together (``/tmp``, ``/dev/shm``, home), in bytes: memory the
-        kernel can fill that only a cgroup counts."""
+        """Bytes of the private tmpfs mounts together: memory the kernel can fill that only a cgroup counts."""
         return self.tmp_bytes + self.shm_bytes + self.home_bytes
 
 
