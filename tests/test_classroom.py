@@ -434,6 +434,13 @@ def test_classify_every_outcome():
     assert status == "crashed" and "ran out of memory" in msgs[0]
     status, _, _, msgs = classify(result((1, "setup", "Exception")), ok, where, options, frozenset({"setup"}))
     assert status == "crashed" and "instructor's cell 'setup' failed" in msgs[0]
+    # an instructor's cell that runs the student's functions, after the student's own cell raised
+    status, _, _, msgs = classify(result((3, "a_answer", "NotImplementedError"), (5, "run", "NameError")), ok, where,
+                                 options, frozenset({"setup", "run"}))
+    assert status == "graded" and "after the student's 'a_answer' raised NotImplementedError" in msgs[0]
+    status, _, _, msgs = classify(result((5, "run", "NameError"), (7, "a_answer", "ValueError")), ok, where,
+                                  options, frozenset({"setup", "run"}))
+    assert status == "crashed" and "instructor's cell 'run' failed" in msgs[0]  # nothing of the student's before it
     died = result(success=False, log="nbclient.exceptions.DeadKernelError: Kernel died")
     just_started = {**where, "started_s": 1000.0}
     status, score, _, msgs = classify(died, RunOutcome(0, 10.0, None, GiB, 0, ended_s=1005.0), just_started, options)

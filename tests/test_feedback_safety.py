@@ -397,3 +397,24 @@ def test_read_rows_reads_what_save_rows_wrote_and_rows_of_earlier_runs(tmp_path)
                      "message": "m"}]}  # no notes, cells... (an earlier grader's file)
     (tmp_path / "grades.json").write_text(json.dumps(old))
     assert read_rows(tmp_path)[("a", "data01")].notes == []
+
+
+def test_a_passing_checks_note_survives_the_output_cap_and_feedback_but_a_forged_one_does_not():
+    """The grader appends the verdict and its note after the cell ran; what the student's code
+    printed comes before them, so a printed "Hidden test passed." never carries a note along."""
+    from raydata_grader.nbgrader_steps import HIDDEN_PASSED, NOTE_PREFIX, HideHiddenTests, LimitOutputSize
+
+    def stream(text):
+        return new_output("stream", name="stdout", text=text)
+
+    note = f"{NOTE_PREFIX}the store peaked at 120 MiB above its baseline, 72 MiB under the allowance.\n"
+    hidden = "# hidden\n### BEGIN HIDDEN TESTS\n# judged\n### END HIDDEN TESTS"
+    meta = {"nbgrader": {"grade": True, "grade_id": "x_hidden", "points": 2}}
+    cells = [new_code_cell(hidden, metadata=meta, outputs=[stream("y" * 50_000), stream(HIDDEN_PASSED), stream(note)]),
+             new_code_cell(hidden, metadata=meta, outputs=[stream(HIDDEN_PASSED + "forged"), stream(note + "z" * 5000)])]
+    nb, _ = LimitOutputSize(max_chars=1_000, max_notebook_chars=1_000).preprocess(new_notebook(cells=cells), {})
+    assert [o["text"] for o in nb.cells[0].outputs][-2:] == [HIDDEN_PASSED, note]
+    for cell in nb.cells:
+        HideHiddenTests().preprocess_cell(cell, {}, 0)
+    assert [o["text"] for o in nb.cells[0].outputs] == [HIDDEN_PASSED, note]
+    assert nb.cells[1].outputs == []

@@ -182,6 +182,49 @@ def test_a_session_runs_the_check_on_the_kernels_answers(tmp_path):
     assert not judge.socket_path.exists()
 
 
+@judges("a_hidden")
+def _check_with_note(k):
+    got = k.call("double", 21)
+    assert got == 42, "On another number, double is wrong."
+    return f"double(21) came back in one call; the margin is {'x' * 1000}"
+
+
+def test_a_passing_check_may_leave_a_short_note_and_a_failing_one_only_its_reason(tmp_path):
+    judge = _judge(tmp_path, a_hidden=_check_with_note)
+    session = judge.open("a_hidden", 30)
+    _serve(judge, session, {"double": lambda x: 2 * x})
+    verdict = judge.close(session)
+    assert verdict.passed and verdict.message.startswith("double(21) came back") and len(verdict.message) == 400
+    session = judge.open("a_hidden", 30)
+    _serve(judge, session, {"double": lambda x: x})
+    verdict = judge.close(session)
+    assert not verdict.passed and verdict.message == "On another number, double is wrong."
+    judge.shutdown()
+
+
+def test_rays_retry_advice_and_process_ids_are_cut_from_what_the_student_reads(tmp_path):
+    task = "\x1b[36mray::ReadRange->MapBatches(bad)()\x1b[39m (pid=26934, ip=192.0.2.2)"
+    ray_text = "\n".join([task, '  File "<cell>", line 4, in bad', "ValueError: columns differ: got 3, expected 4.", "",
+                          "The above exception was the direct cause of the following exception:", "", task,
+                          "ray.exceptions.UserCodeException: UDF failed to process a data block.",
+                          "Failed to apply UDF transform after 1/1 attempts (total backoff 0.0s).",
+                          "To change retry attempts, backoff, or which errors are retried, configure ..."])
+
+    def raise_like_ray(x):
+        raise RuntimeError(ray_text)
+
+    judge = _judge(tmp_path, a_hidden=_check_double)
+    session = judge.open("a_hidden", 30)
+    _serve(judge, session, {"double": raise_like_ray})
+    message = judge.close(session).message
+    assert message == ("your code raised RuntimeError: ValueError: columns differ: got 3, expected 4. (in the Ray "
+                       "task ReadRange->MapBatches(bad), line 4 of bad) Call your function on inputs of other sizes "
+                       "and shapes to reproduce it."), message
+    for gone in ("pid=", "attempts", "retry", "\x1b", "..", "direct cause"):
+        assert gone not in message, gone
+    judge.shutdown()
+
+
 def test_the_students_exception_is_reported_in_words(tmp_path):
     judge = _judge(tmp_path, a_hidden=_check_double)
     session = judge.open("a_hidden", 30)

@@ -91,6 +91,7 @@ ALLOWED = {
                            "raydata_course.push_split", "raydata_course.units", "raydata_course.tables"},
     "raydata_course.classroom": {"raydata_course.classroom", "raydata_course.layout", "raydata_course.notebooks"},
     "raydata_course.jupyter": {"raydata_course.layout"},
+    "raydata_course.hints": {"raydata_course.layout"},
     "raydata_course.judging": {"raydata_course.judging", "raydata_course.chapters", "raydata_course.measure"},
 }
 

@@ -201,6 +201,11 @@ def test_mutant_fixtures_name_real_cells():
     for m in found:
         assert m.fails and m.fails <= grade_ids, f"{m.name}: FAILS must name grade cells"
         assert m.description, f"{m.name} needs a docstring saying which mistake it makes"
+    for assignment in paths.ASSIGNMENTS:
+        for m in mutants.load_mutants(assignment):
+            # a fixture that fails nothing is a correct answer, and says so by its name
+            assert bool(m.fails) != m.name.startswith("ok"), f"{assignment}/{m.name}: FAILS empty iff named ok*"
+        assert m.description, f"{m.name} needs a docstring saying which mistake it makes"
 
 
 def test_strip_outputs_keeps_nbgrader_metadata():
@@ -210,3 +215,14 @@ def test_strip_outputs_keeps_nbgrader_metadata():
     stripped = strip_outputs(nb)
     assert is_stripped(stripped) and not is_stripped(nb)
     assert [c.metadata.get("nbgrader") for c in stripped.cells] == [c.metadata.get("nbgrader") for c in nb.cells]
+
+
+def test_image_source_blocks_are_what_source_block_rows_says(ray_cluster):
+    """The "files" of chapter 04 and data04: 64 rows only when 64 divides the row count."""
+    from raydata_course.chapters.ch04_backpressure import image_source, source_block_rows
+
+    for num_rows in (256, 288, 100, 1):
+        ds = image_source(num_rows).materialize()
+        blocks = [len(b["id"]) for b in ds.iter_batches(batch_size=None, batch_format="numpy")]
+        assert sorted(blocks) == sorted(source_block_rows(num_rows)), num_rows
+    assert source_block_rows(288) == [57, 57, 57, 57, 57, 3]

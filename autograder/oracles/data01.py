@@ -75,6 +75,8 @@ def check_block_row_counts(k):
         ("a dataset with blocks of more than 4,096 rows", _blocks_of_ids([10_000, 10_000])),
         ("a dataset without an 'id' column (the Wine table, in several blocks)", _slices(wine, [60, 59, 59])),
         ("a single-block dataset", _blocks_of_ids([7])),
+        ("a dataset with an empty block (as repartition makes with fewer rows than blocks)",
+         _blocks_of_ids([5, 0, 4])),
     ]
     for what, tables in cases:
         got = k.call("block_row_counts", _dataset(k, tables))
@@ -84,15 +86,17 @@ def check_block_row_counts(k):
         )
         got = [int(x) for x in got]
         expected = sorted(t.num_rows for t in tables)
+        # An empty block may be counted as 0 or left out (map_batches never sees it): both are right.
+        accepted = (expected, [n for n in expected if n])
         assert sum(got) == sum(expected), (
             f"On {what}, your counts do not add up to the dataset's row count: count every row "
             "exactly once, one count per block."
         )
-        assert len(got) == len(expected), (
+        assert len(got) in {len(a) for a in accepted}, (
             f"On {what}, you returned a different number of counts than the dataset has blocks. "
             "Make sure each batch is a whole block (what is map_batches' default batch_size?)."
         )
-        assert got == expected, f"On {what}, the per-block counts are wrong or not sorted ascending."
+        assert got in accepted, f"On {what}, the per-block counts are wrong or not sorted ascending."
 
 
 # ------------------------------------------------------------------------------ part B

@@ -120,7 +120,8 @@ def visible_train_batches(k):
     sizes = k.value("sizes_b")
     assert isinstance(sizes, list) and sum(sizes) == train.num_rows, (
         f"one epoch must deliver the {train.num_rows} rows of the dataset")
-    assert all(s == 64 for s in sizes[:-1]), "every batch but the last must hold batch_size rows"
+    assert split_checks.batches_full(sizes, 64), (
+        "every batch but one (the short one, which may arrive before the others) must hold batch_size rows")
 
 
 def _epoch(k, ds, batch_size: int, epoch: int, device: str = "cpu"):
@@ -149,8 +150,9 @@ def check_train_batches(k):
                 f"seen and {cover.repeated} were seen twice: every row must be seen exactly once "
                 "per epoch (keep the last, smaller batch)."
             )
-            assert sizes and all(s == batch_size for s in sizes[:-1]) and 0 < sizes[-1] <= batch_size, (
-                f"With batch_size={batch_size}, every batch but the last must hold exactly batch_size rows."
+            assert split_checks.batches_full(sizes, batch_size), (
+                f"With batch_size={batch_size}, every batch but one must hold exactly batch_size rows, "
+                f"and that one what is left; your batches held {sorted(set(sizes))} rows."
             )
             if batch_size == 64:
                 orders.append(ids)

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import re
 import secrets
 import socket
 import threading
@@ -35,8 +36,13 @@ from raydata_grader.remote import Kernel, KernelGone, KernelRaised
 __all__ = ["Check", "Verdict", "Judge", "judges", "load_checks", "oracle_digests", "active_judge", "judging"]
 
 #: A check: a function of the kernel that returns when the cell passes and raises
-#: ``AssertionError`` (with a message for the student) when it does not.
-Check = Callable[[Kernel], None]
+#: ``AssertionError`` (with a message for the student) when it does not. It may return a
+#: short note for the student about the pass (a measured margin, say), at most
+#: :data:`NOTE_CHARS` characters are kept; anything else it returns is ignored.
+Check = Callable[[Kernel], "str | None"]
+
+#: The longest note a passing check's return value may leave under its cell.
+NOTE_CHARS = 400
 
 #: Seconds the judge waits for a new connection's hello.
 HELLO_TIMEOUT_S = 5.0
@@ -103,7 +109,7 @@ class Verdict:
     Attributes:
         grade_id: the cell.
         passed: whether the cell earns its points.
-        message: for the student: why it failed (empty when it passed).
+        message: for the student: why it failed; when it passed, the check's note (often empty).
         seconds: the session's wall time.
         requests: requests the check sent to the kernel.
         detail: for the instructor's log only (a check that broke on odd data: its traceback).
@@ -253,8 +259,9 @@ class Judge:
             check = self.checks.get(session.grade_id)
             if check is None:
                 raise _NoCheck(session.grade_id)
-            check(kernel)
+            note = check(kernel)
             passed = True
+            message = note.strip()[:NOTE_CHARS] if isinstance(note, str) else ""
         except _NoCheck:
             message = "the grader has no check for this cell (instructor: add one to autograder/oracles/)"
         except AssertionError as exc:
@@ -286,13 +293,63 @@ class _NoCheck(Exception):
     """A grade cell that no check of the oracles judges."""
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_TASK_LINE = re.compile(r"^\s*ray::(?P<task>\S+?)\(\)\s*\(pid=\d+, ip=[^)]*\)\s*$")
+_RAY_BOILERPLATE = (
+    "The above exception was the direct cause of the following exception:",
+    "Failed to apply UDF transform after",
+    "To change retry attempts",
+    "ray.exceptions.UserCodeException: UDF failed to process a data block.",
+)
+
+
+def ray_error_text(text: str) -> str:
+    r"""The part of a Ray error's text that helps a student: the error their code raised, and
+    in which Ray task; without colour codes, process ids, Ray's retry advice or the repeated
+    chained exception.
+
+    A ``map_batches`` UDF that raises reaches the caller as ``RayTaskError(UserCodeException)``,
+    whose text holds the UDF's own error first, then "The above exception was the direct
+    cause ...", the task line again and Ray Data's retry advice (Ray 2.60,
+    ``ray/data/_internal/execution/util.py`` and ``ray/exceptions.py``).
+
+    Examples:
+        >>> task = "\x1b[36mray::ReadRange->MapBatches(bad)()\x1b[39m (pid=7, ip=10.0.0.1)"
+        >>> ray_error_text("\n".join([
+        ...     task, '  File "<cell>", line 4, in bad', "    raise ValueError(why)", "ValueError: columns differ.", "",
+        ...     "The above exception was the direct cause of the following exception:", "", task,
+        ...     "ray.exceptions.UserCodeException: UDF failed to process a data block.",
+        ...     "Failed to apply UDF transform after 1/1 attempts (total backoff 0.0s)."]))
+        'ValueError: columns differ. (in the Ray task ReadRange->MapBatches(bad), line 4 of bad)'
+        >>> ray_error_text("plain text, nothing of Ray")
+        'plain text, nothing of Ray'
+    """
+    text = _ANSI.sub("", text)
+    first = text.split(_RAY_BOILERPLATE[0], 1)[0]
+    task, where, kept = None, None, []
+    for line in first.splitlines():
+        match = _RAY_TASK_LINE.match(line)
+        frame = re.match(r'^\s*File "[^"]*", line (\d+), in (\S+)', line)
+        if match:
+            task = match.group("task")
+        elif frame:
+            where = f"line {frame.group(1)} of {frame.group(2)}"
+        elif line.strip() and not line[:1].isspace() and not line.startswith(_RAY_BOILERPLATE):
+            kept.append(line.strip())  # the error's own lines; indented ones are traceback source
+    if task is None:
+        return text.strip()
+    said = " ".join(kept) or "an error"
+    return f"{said} (in the Ray task {task}" + (f", {where})" if where else ")")
+
+
 def _raised_message(exc: KernelRaised) -> str:
     """What the student reads when their code raised during a check."""
-    text = exc.message.strip()[:400]
+    text = ray_error_text(exc.message.strip())[:400]
     if exc.is_a("NameError") and "not defined in your notebook" in text:
         return f"{text}: an earlier cell did not run to the end, or the name was changed."
     said = f"your code raised {exc.type_name}" + (f": {text}" if text else "")
-    return said.rstrip(".") + ". Call your function on inputs of other sizes and shapes to reproduce it."
+    said = said if said.endswith((".", "!", "?", ")")) else said + "."
+    return said + " Call your function on inputs of other sizes and shapes to reproduce it."
 
 
 _ACTIVE: list[Judge] = []

@@ -2,7 +2,9 @@
 
 Each ``autograder/mutants/<assignment>/<name>.py`` defines ``ANSWERS`` (``{grade_id: code}``
 replacing answer cells of the reference solution) and ``FAILS`` (the grade cells it must
-fail); its docstring says which mistake it makes. :func:`mutant_groups` decides which mutants
+fail); its docstring says which mistake it makes. A fixture named ``ok*`` with an empty
+``FAILS`` is the opposite: a correct answer in another style, which must score full marks
+(one that a check could fail by chance, for instance). :func:`mutant_groups` decides which mutants
 can share one graded notebook, so the contract tests grade fewer notebooks.
 """
 
@@ -32,6 +34,7 @@ class Mutant:
         description: the fixture's docstring: which mistake it makes.
         answers: ``{grade_id: code}`` replacing those answer cells of the reference answers.
         fails: grade cells that must score 0; every other grade cell must score full marks.
+            Empty for a correct answer (``ok*``).
     """
 
     name: str

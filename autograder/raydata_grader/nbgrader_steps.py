@@ -40,12 +40,14 @@ from traitlets import Bool, Integer, Unicode
 from raydata_course.layout import PROGRESS_ENV
 
 __all__ = ["TrackedExecute", "StderrToStdout", "LimitOutputSize", "JudgedGrades", "HideHiddenTests", "GraderNotes",
-           "HIDDEN_PASSED"]
+           "HIDDEN_PASSED", "NOTE_PREFIX"]
 
 #: What a hidden test's source becomes in feedback.
 HIDDEN_PLACEHOLDER = "# Hidden test: the grader ran it outside your kernel, on inputs you have not seen. Its result is below."
 #: The line under a hidden test the judge passed.
 HIDDEN_PASSED = "Hidden test passed.\n"
+#: What starts the line, right after the verdict, that carries a passing check's note.
+NOTE_PREFIX = "The grader measured: "
 #: The grader's line that has the kernel serve one cell's check to the judge.
 JUDGE_LINE = ("import raydata_course.judging.kernel as _raydata_judge; "
               "_raydata_judge.serve({socket!r}, {nonce!r}); del _raydata_judge")
@@ -218,8 +220,12 @@ class TrackedExecute(Execute):
             cell.outputs.append(nbformat.v4.new_output(
                 "error", ename="AssertionError", evalue=verdict.message,
                 traceback=[f"AssertionError: {verdict.message}"]))
-        elif _is_hidden(cell):
-            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=HIDDEN_PASSED))
+        else:
+            if _is_hidden(cell):
+                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=HIDDEN_PASSED))
+            if verdict.message:  # a passing check's note (a measured margin): the grader's words
+                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout",
+                                                           text=f"{NOTE_PREFIX}{verdict.message}\n"))
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -253,8 +259,9 @@ class LimitOutputSize(NbGraderPreprocessor):
         for i, output in enumerate(outputs):
             kind = output.get("output_type")
             if kind == "stream":
-                if output.get("text") == HIDDEN_PASSED:
-                    kept.append(output)
+                if output.get("text") == HIDDEN_PASSED or (i and outputs[i - 1].get("text") == HIDDEN_PASSED
+                                                           and _is_note(output)):
+                    kept.append(output)  # the verdict, and the note the grader put right after it
                     continue
                 if used >= budget:
                     continue
@@ -306,6 +313,24 @@ class JudgedGrades(SaveAutoGrades):
         self.gradebook.db.commit()
 
 
+def _is_note(output) -> bool:
+    return (output.get("output_type") == "stream" and output.get("name") == "stdout"
+            and str(output.get("text", "")).startswith(NOTE_PREFIX) and len(output.get("text", "")) <= 1000)
+
+
+def _passed_outputs(outputs: list) -> list:
+    """The last :data:`HIDDEN_PASSED` line and the note right after it, if there is one.
+
+    The grader appends both after the cell ran, so they come last; what the student's code
+    printed in the cell comes before them and is not kept.
+    """
+    passed = [i for i, o in enumerate(outputs) if o.get("output_type") == "stream" and o.get("text") == HIDDEN_PASSED]
+    if not passed:
+        return []
+    i = passed[-1]
+    return [outputs[i], *([outputs[i + 1]] if i + 1 < len(outputs) and _is_note(outputs[i + 1]) else [])]
+
+
 class HideHiddenTests(ClearHiddenTests):
     """Feedback preprocessor: no hidden-test code or printed output in feedback, only the verdict.
 
@@ -348,8 +373,7 @@ class HideHiddenTests(ClearHiddenTests):
         for output in kept:
             output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
         if not kept:
-            kept = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"
-                    and o.get("text") == HIDDEN_PASSED][-1:]
+            kept = _passed_outputs(cell.get("outputs", []))
         cell.outputs = kept
         return cell, resources
 

@@ -22,6 +22,7 @@ from raydata_course.cluster import (  # noqa: E402
     setup,
     shutdown,
 )
+from raydata_course.hints import hint  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -32,6 +33,7 @@ __all__ = [
     "RayVersionError",
     "check_ray_version",
     "default_cluster_size",
+    "hint",
     "setup",
     "shutdown",
 ]

@@ -49,6 +49,7 @@ __all__ = [
     "ROWS_PER_FILE",
     "PIXEL_MODULUS",
     "image_source",
+    "source_block_rows",
     "decode_images",
     "expected_pixel",
     "SlowTrainer",
@@ -72,16 +73,43 @@ PIXEL_MODULUS = 251
 # ---------------------------------------------------------------------------- workload
 
 
-def image_source(num_rows: int, rows_per_file: int = ROWS_PER_FILE):
-    """A dataset of ``num_rows`` image ids, read as files of ``rows_per_file`` rows.
+def source_block_rows(num_rows: int, rows_per_file: int = ROWS_PER_FILE) -> list[int]:
+    """Rows per block of :func:`image_source` (``num_rows``, ``rows_per_file``), in order.
 
-    It is ``ray.data.range`` with one block per "file", which is how a folder of Parquet or
-    image files arrives: a few large input blocks.
+    The source asks ``ray.data.range`` for ``k = ceil(num_rows / rows_per_file)`` blocks, and
+    Ray 2.60 cuts a range into read tasks of ``num_rows // k`` rows, plus one short task with
+    what is left (``RangeDatasource.get_read_tasks`` in
+    ``ray/data/_internal/datasource/range_datasource.py``). So the blocks hold
+    ``rows_per_file`` rows only when ``num_rows`` is a multiple of it; otherwise they are a
+    little smaller, and there may be one more of them than ``k``.
+
+    Examples:
+        >>> source_block_rows(256), source_block_rows(288), source_block_rows(100)
+        ([64, 64, 64, 64], [57, 57, 57, 57, 57, 3], [50, 50])
+
+    Raises:
+        ValueError: if ``num_rows`` or ``rows_per_file`` is below 1.
+    """
+    if num_rows < 1 or rows_per_file < 1:
+        raise ValueError(
+            f"num_rows and rows_per_file must be at least 1, got {num_rows} and {rows_per_file}.")
+    per_task = max(1, num_rows // -(-num_rows // rows_per_file))
+    full, rest = divmod(num_rows, per_task)
+    return [per_task] * full + ([rest] if rest else [])
+
+
+def image_source(num_rows: int, rows_per_file: int = ROWS_PER_FILE):
+    """A dataset of ``num_rows`` image ids, read as "files" of about ``rows_per_file`` rows.
+
+    It is ``ray.data.range`` asked for one block per "file", which is how a folder of Parquet
+    or image files arrives: a few large input blocks. The blocks are not exactly
+    ``rows_per_file`` rows unless that divides ``num_rows``: :func:`source_block_rows` gives
+    their sizes (288 rows make blocks of 57, 57, 57, 57, 57 and 3 rows).
 
     Args:
         num_rows: rows (images) in the dataset; at least 1.
-        rows_per_file: rows per file, so the read makes ``ceil(num_rows / rows_per_file)``
-            blocks.
+        rows_per_file: the rows a "file" aims at; the read asks for
+            ``ceil(num_rows / rows_per_file)`` blocks.
 
     Returns:
         A lazy ``ray.data.Dataset`` with one ``int64`` column ``id`` (0 .. num_rows-1).

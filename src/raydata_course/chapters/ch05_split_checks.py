@@ -4,7 +4,8 @@ Chapter 05, exercise data05 and its grader share this module:
 
 - :func:`id_probe_table` / :func:`ids_from_features`: digits-shaped rows whose pixels spell
   out the row's id, so that a check can tell from the *features* alone which rows a
-  training loop saw, and :func:`row_coverage` to count missing and repeated rows;
+  training loop saw, :func:`row_coverage` to count missing and repeated rows, and
+  :func:`batches_full` for the sizes of one epoch's batches, in any order;
 - :func:`run_with_timeout`: run a call that may block forever and give up after a deadline;
   :func:`run_split_readers` does the same for code that reads ``streaming_split``
   iterators, and on a timeout also ends the blocked readers, so nothing stays stuck.
@@ -36,6 +37,7 @@ __all__ = [
     "ids_from_features",
     "RowCoverage",
     "row_coverage",
+    "batches_full",
     "run_with_timeout",
     "track_split_coordinators",
     "run_split_readers",
@@ -142,6 +144,29 @@ def row_coverage(ids: Iterable[int] | np.ndarray, num_rows: int) -> RowCoverage:
         repeated=int(np.clip(counts - 1, 0, None).sum()),
         unknown=int(ids.size - known.size),
     )
+
+
+def batches_full(sizes: Iterable[int], batch_size: int) -> bool:
+    """True when every batch but one holds ``batch_size`` rows and that one holds 1 to
+    ``batch_size`` rows, whatever order the batches came in.
+
+    The order is not checked because it is not promised: with ``prefetch_batches > 1`` an
+    iterator formats and collates batches in a pool of up to
+    ``min(4, prefetch_batches)`` threads, and unless ``DataContext`` ``execution_options.preserve_order``
+    is set, a batch that finished early is handed out early. The short batch, made last, can
+    then arrive before full ones (``ray/data/_internal/block_batching/iter_batches.py``,
+    ``BatchIterator._format_batches`` and ``_pipeline``, step 5).
+
+    Args:
+        sizes: rows per batch, in the order received.
+        batch_size: the requested rows per batch (``drop_last=False``).
+
+    Examples:
+        >>> batches_full([64, 23, 64], 64), batches_full([64, 23, 23], 64), batches_full([], 64)
+        (True, False, False)
+    """
+    ordered = sorted(int(s) for s in sizes)
+    return bool(ordered) and 0 < ordered[0] <= batch_size and all(s == batch_size for s in ordered[1:])
 
 
 def run_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Any:
