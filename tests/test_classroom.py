@@ -441,6 +441,11 @@ def test_classify_every_outcome():
     status, _, _, msgs = classify(result((5, "run", "NameError"), (7, "a_answer", "ValueError")), ok, where,
                                   options, frozenset({"setup", "run"}))
     assert status == "crashed" and "instructor's cell 'run' failed" in msgs[0]  # nothing of the student's before it
+    # a failed test cell is a verdict, not the student's code raising; and Ray dying is the environment's
+    for first in ((2, "a_visible", "AssertionError"), (3, "a_answer", "NotImplementedError")):
+        status, _, _, msgs = classify(result(first, (5, "run", "RaySystemError")), ok, where, options,
+                                      frozenset({"setup", "run"}))
+        assert status == "crashed" and "instructor's cell 'run' failed" in msgs[0], first
     died = result(success=False, log="nbclient.exceptions.DeadKernelError: Kernel died")
     just_started = {**where, "started_s": 1000.0}
     status, score, _, msgs = classify(died, RunOutcome(0, 10.0, None, GiB, 0, ended_s=1005.0), just_started, options)

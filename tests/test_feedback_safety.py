@@ -410,10 +410,14 @@ def test_a_passing_checks_note_survives_the_output_cap_and_feedback_but_a_forged
     note = f"{NOTE_PREFIX}the store peaked at 120 MiB above its baseline, 72 MiB under the allowance.\n"
     hidden = "# hidden\n### BEGIN HIDDEN TESTS\n# judged\n### END HIDDEN TESTS"
     meta = {"nbgrader": {"grade": True, "grade_id": "x_hidden", "points": 2}}
+    forged = [new_output("display_data", data={"text/plain": "x"}), stream(HIDDEN_PASSED), stream(note)] * 200
     cells = [new_code_cell(hidden, metadata=meta, outputs=[stream("y" * 50_000), stream(HIDDEN_PASSED), stream(note)]),
-             new_code_cell(hidden, metadata=meta, outputs=[stream(HIDDEN_PASSED + "forged"), stream(note + "z" * 5000)])]
+             new_code_cell(hidden, metadata=meta, outputs=[stream(HIDDEN_PASSED + "forged"), stream(note + "z" * 5000)]),
+             new_code_cell("x = 1", outputs=[*forged, stream("the end")])]
     nb, _ = LimitOutputSize(max_chars=1_000, max_notebook_chars=1_000).preprocess(new_notebook(cells=cells), {})
     assert [o["text"] for o in nb.cells[0].outputs][-2:] == [HIDDEN_PASSED, note]
+    # forged verdicts and notes in the middle of a cell count against the cap like any output
+    assert sum(len(o.get("text", "")) for o in nb.cells[2].outputs) <= 1_000, len(nb.cells[2].outputs)
     for cell in nb.cells:
         HideHiddenTests().preprocess_cell(cell, {}, 0)
     assert [o["text"] for o in nb.cells[0].outputs] == [HIDDEN_PASSED, note]

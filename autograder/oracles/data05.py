@@ -125,6 +125,8 @@ def visible_train_batches(k):
 
 
 def _epoch(k, ds, batch_size: int, epoch: int, device: str = "cpu"):
+    """One epoch of the student's ``train_batches``: (all ids in arrival order, batch sizes,
+    devices seen, the ids of each batch)."""
     batches = k.call(k.helper("collect"), k.student("train_batches")(ds, batch_size=batch_size, epoch=epoch, device=device))
     ids, sizes, devices = [], [], set()
     for batch in batches:
@@ -133,17 +135,24 @@ def _epoch(k, ds, batch_size: int, epoch: int, device: str = "cpu"):
         sizes.append(x.shape[0])
         if device != "meta":
             ids.append(split_checks.ids_from_features(x.values))
-    return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sizes, devices
+    return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sizes, devices, ids
+
+
+def _runs_in_order(batches: list) -> float:
+    """The share of batches (of at least 8 rows) that hold a run of consecutive ids: what an
+    unshuffled stream gives, whatever order the batches themselves arrive in."""
+    long = [np.sort(b) for b in batches if len(b) >= 8]
+    return sum(bool((np.diff(b) == 1).all()) for b in long) / max(len(long), 1)
 
 
 @judges("train_batches_hidden")
 def check_train_batches(k):
     num_rows = 1003
     ds, _ = _probe_dataset(k, num_rows, 6, seed=2)
-    orders = []
+    orders, compositions, first_batches = [], [], []
     for batch_size in (64, 100):
         for epoch in (0, 1):
-            ids, sizes, _ = _epoch(k, ds, batch_size, epoch)
+            ids, sizes, _, per_batch = _epoch(k, ds, batch_size, epoch)
             cover = split_checks.row_coverage(ids, num_rows)
             assert cover.exactly_once, (
                 f"In one epoch with batch_size={batch_size}, {cover.missing} row(s) were never "
@@ -156,13 +165,18 @@ def check_train_batches(k):
             )
             if batch_size == 64:
                 orders.append(ids)
-    assert not np.array_equal(orders[0], np.sort(orders[0])), (
-        "The rows came in their stored order: shuffle them with a local shuffle buffer."
+                compositions.append({frozenset(b.tolist()) for b in per_batch})
+                first_batches = first_batches if epoch else per_batch
+    # Batches formatted in several threads (prefetch_batches > 1) may arrive out of order, so
+    # the order of the batches proves nothing: the rows within each batch must be mixed.
+    assert not np.array_equal(orders[0], np.sort(orders[0])) and _runs_in_order(first_batches) < 0.5, (
+        "The rows came in their stored order (each batch a run of neighbouring rows): shuffle them "
+        "with a local shuffle buffer."
     )
-    assert not np.array_equal(orders[0], orders[1]), (
-        "Epochs 0 and 1 saw the rows in the same order: seed the local shuffle with the epoch."
+    assert not np.array_equal(orders[0], orders[1]) and compositions[0] != compositions[1], (
+        "Epochs 0 and 1 put the same rows in the same batches: seed the local shuffle with the epoch."
     )
-    _, _, devices = _epoch(k, ds, 128, 0, device="meta")
+    _, _, devices, _ = _epoch(k, ds, 128, 0, device="meta")
     assert devices == {"meta"}, "With another device, the batches did not arrive on it: pass device to iter_torch_batches."
 
 

@@ -293,7 +293,8 @@ class _NoCheck(Exception):
     """A grade cell that no check of the oracles judges."""
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Terminal escape sequences (CSI, OSC such as links, and the rest) and other control characters.
+_ANSI = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
 _RAY_TASK_LINE = re.compile(r"^\s*ray::(?P<task>\S+?)\(\)\s*\(pid=\d+, ip=[^)]*\)\s*$")
 _RAY_BOILERPLATE = (
     "The above exception was the direct cause of the following exception:",
@@ -333,13 +334,13 @@ def ray_error_text(text: str) -> str:
         if match:
             task = match.group("task")
         elif frame:
-            where = f"line {frame.group(1)} of {frame.group(2)}"
+            where = where or f"line {frame.group(1)} of {frame.group(2)}"  # the task's own function
         elif line.strip() and not line[:1].isspace() and not line.startswith(_RAY_BOILERPLATE):
-            kept.append(line.strip())  # the error's own lines; indented ones are traceback source
-    if task is None:
+            if line.strip() not in kept:  # the error's own lines, once; indented ones are source
+                kept.append(line.strip())
+    if task is None or not kept:
         return text.strip()
-    said = " ".join(kept) or "an error"
-    return f"{said} (in the Ray task {task}" + (f", {where})" if where else ")")
+    return f"{' '.join(kept)} (in the Ray task {task}" + (f", {where})" if where else ")")
 
 
 def _raised_message(exc: KernelRaised) -> str:

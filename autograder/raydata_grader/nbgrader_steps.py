@@ -256,12 +256,12 @@ class LimitOutputSize(NbGraderPreprocessor):
         used, kept = 0, []
         outputs = cell.get("outputs", [])
         last_error = max((i for i, o in enumerate(outputs) if o.get("output_type") == "error"), default=-1)
+        verdict = _verdict_outputs(outputs)
         for i, output in enumerate(outputs):
             kind = output.get("output_type")
             if kind == "stream":
-                if output.get("text") == HIDDEN_PASSED or (i and outputs[i - 1].get("text") == HIDDEN_PASSED
-                                                           and _is_note(output)):
-                    kept.append(output)  # the verdict, and the note the grader put right after it
+                if i in verdict:
+                    kept.append(output)  # the verdict and its note, which the grader appended last
                     continue
                 if used >= budget:
                     continue
@@ -316,6 +316,20 @@ class JudgedGrades(SaveAutoGrades):
 def _is_note(output) -> bool:
     return (output.get("output_type") == "stream" and output.get("name") == "stdout"
             and str(output.get("text", "")).startswith(NOTE_PREFIX) and len(output.get("text", "")) <= 1000)
+
+
+def _verdict_outputs(outputs: list) -> set[int]:
+    """Indices of the outputs the grader appended after the cell ran: a trailing
+    :data:`HIDDEN_PASSED` line, a trailing note, or both. Only the last ones can be the
+    grader's: whatever the student's code printed, even the same words, came before them.
+    """
+    n = len(outputs)
+    is_passed = [o.get("output_type") == "stream" and o.get("text") == HIDDEN_PASSED for o in outputs]
+    if n and is_passed[-1]:
+        return {n - 1}
+    if n and _is_note(outputs[-1]):
+        return {n - 2, n - 1} if n >= 2 and is_passed[-2] else {n - 1}
+    return set()
 
 
 def _passed_outputs(outputs: list) -> list:

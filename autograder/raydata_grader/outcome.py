@@ -46,9 +46,11 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
     tear-down, a measured run). They are the instructor's code, put back by nbgrader, so an
     error there means the grading environment failed (Ray could not start on an overloaded
     machine, say), not the student: the row is ``crashed`` and says to grade it again. Unless
-    one of the student's own cells raised before it: an instructor's cell that calls the
-    student's functions fails with them (data04's measured run after an unanswered Part B),
-    so the row stays ``graded`` and says which of the student's cells raised first.
+    one of the student's own cells (an answer cell or one they added) raised before it and
+    the instructor's cell failed with a ``NameError`` or the same exception: an instructor's
+    cell that calls the student's functions fails with them (data04's measured run after an
+    unanswered Part B), so the row stays ``graded`` and says which of the student's cells
+    raised first.
     """
     if outcome.killed == "timeout":
         return "timeout", 0.0, {}, [f"stopped after the per-notebook limit of {options.notebook_timeout_s} s, "
@@ -91,9 +93,13 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
     status = "graded"
     instructor_errors = [e for e in errors if e["grade_id"] in instructor_cells]
     # An instructor's cell that runs the student's functions fails with them: when one of the
-    # student's own cells raised before it, the failure is the student's, and the row is graded.
-    own = [e for e in errors if e["grade_id"] not in instructor_cells]
-    caused = [e for e in instructor_errors if any(o["index"] < e["index"] for o in own)]
+    # student's own cells (an answer cell, or one they added; never a test cell, whose errors
+    # are verdicts) raised before it, and the instructor's cell failed with a NameError (a
+    # name the student's cell never defined) or with the same exception, the failure is the
+    # student's and the row is graded. Anything else (Ray dying, say) stays the environment's.
+    own = [e for e in errors if e["grade_id"] not in instructor_cells and e["grade_id"] not in cells]
+    caused = [e for e in instructor_errors
+              if any(o["index"] < e["index"] and e["ename"] in ("NameError", o["ename"]) for o in own)]
     broken = [e for e in instructor_errors if e not in caused]
     if broken:
         status = "crashed"
@@ -101,7 +107,8 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
         messages.append(f"the instructor's cell {e['grade_id']!r} failed ({e['ename']}: {e['evalue'][:200]}): the grading "
                         "environment failed, not necessarily the student's code: grade it again with --force")
     for e in caused[:1]:
-        first = min((o for o in own if o["index"] < e["index"]), key=lambda o: o["index"])
+        first = min((o for o in own if o["index"] < e["index"] and e["ename"] in ("NameError", o["ename"])),
+                    key=lambda o: o["index"])
         where = repr(first["grade_id"]) if first["grade_id"] else f"cell {first['index'] + 1}"
         messages.append(f"the instructor's cell {e['grade_id']!r} failed ({e['ename']}: {e['evalue'][:200]}) after the "
                         f"student's {where} raised {first['ename']}: the student's code, not the grading environment")

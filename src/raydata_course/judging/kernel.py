@@ -54,6 +54,38 @@ __all__ = ["serve", "to_data", "type_info"]
 MAX_DEPTH = 12
 
 
+def error_text(exc: BaseException) -> str:
+    """What an exception says, with the error the student's own code raised first.
+
+    A UDF that raises inside Ray Data reaches the caller as ``RayTaskError(UserCodeException)``;
+    the UDF's exception is at the end of its ``cause`` / ``__cause__`` chain, and its text can
+    sit after a long traceback that :data:`MAX_TEXT_CHARS` would cut. So that error comes
+    first, then the whole text.
+
+    Examples:
+        >>> try:
+        ...     try:
+        ...         raise ValueError("columns differ")
+        ...     except ValueError as inner:
+        ...         raise RuntimeError("a long Ray traceback ...") from inner
+        ... except RuntimeError as exc:
+        ...     print(error_text(exc))
+        ValueError: columns differ
+        <BLANKLINE>
+        a long Ray traceback ...
+    """
+    root, seen = exc, set()
+    while id(root) not in seen:
+        seen.add(id(root))
+        nxt = getattr(root, "cause", None)
+        nxt = nxt if isinstance(nxt, BaseException) else root.__cause__
+        if nxt is None:
+            break
+        root = nxt
+    text = str(exc)
+    return text if root is exc else f"{type(root).__name__}: {root}\n\n{text}"
+
+
 def _short(text: str) -> str:
     return text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS - 1] + "…"
 
@@ -226,7 +258,7 @@ class _Session:
             raise
         except BaseException as exc:  # the student's code raised (SystemExit included)
             mro = tuple(c.__name__ for c in type(exc).__mro__)
-            return Raised(getattr(message, "id", -1), type(exc).__name__, _short(str(exc)), mro)
+            return Raised(getattr(message, "id", -1), type(exc).__name__, _short(error_text(exc)), mro)
 
 
 def _namespace() -> dict:
