@@ -296,6 +296,7 @@ class _NoCheck(Exception):
 #: Terminal escape sequences (CSI, OSC such as links, and the rest) and other control characters.
 _ANSI = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
 _RAY_TASK_LINE = re.compile(r"^\s*ray::(?P<task>\S+?)\(\)\s*\(pid=\d+, ip=[^)]*\)\s*$")
+_FRAME_LINE = re.compile(r'^\s*File "[^"]*", line (\d+), in (\S+)')
 _RAY_BOILERPLATE = (
     "The above exception was the direct cause of the following exception:",
     "Failed to apply UDF transform after",
@@ -330,7 +331,7 @@ def ray_error_text(text: str) -> str:
     task, where, kept = None, None, []
     for line in first.splitlines():
         match = _RAY_TASK_LINE.match(line)
-        frame = re.match(r'^\s*File "[^"]*", line (\d+), in (\S+)', line)
+        frame = _FRAME_LINE.match(line)
         if match:
             task = match.group("task")
         elif frame:

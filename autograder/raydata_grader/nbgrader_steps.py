@@ -333,16 +333,10 @@ def _verdict_outputs(outputs: list) -> set[int]:
 
 
 def _passed_outputs(outputs: list) -> list:
-    """The last :data:`HIDDEN_PASSED` line and the note right after it, if there is one.
-
-    The grader appends both after the cell ran, so they come last; what the student's code
-    printed in the cell comes before them and is not kept.
-    """
-    passed = [i for i, o in enumerate(outputs) if o.get("output_type") == "stream" and o.get("text") == HIDDEN_PASSED]
-    if not passed:
-        return []
-    i = passed[-1]
-    return [outputs[i], *([outputs[i + 1]] if i + 1 < len(outputs) and _is_note(outputs[i + 1]) else [])]
+    """The grader's :data:`HIDDEN_PASSED` line and the note right after it, if there is one
+    (:func:`_verdict_outputs`); nothing when the cell ends without that line."""
+    verdict = [outputs[i] for i in sorted(_verdict_outputs(outputs))]
+    return verdict if verdict and verdict[0].get("text") == HIDDEN_PASSED else []
 
 
 class HideHiddenTests(ClearHiddenTests):

@@ -98,17 +98,21 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
     # name the student's cell never defined) or with the same exception, the failure is the
     # student's and the row is graded. Anything else (Ray dying, say) stays the environment's.
     own = [e for e in errors if e["grade_id"] not in instructor_cells and e["grade_id"] not in cells]
-    caused = [e for e in instructor_errors
-              if any(o["index"] < e["index"] and e["ename"] in ("NameError", o["ename"]) for o in own)]
-    broken = [e for e in instructor_errors if e not in caused]
+
+    def student_cause(e: dict) -> dict | None:
+        return min((o for o in own if o["index"] < e["index"] and e["ename"] in ("NameError", o["ename"])),
+                   key=lambda o: o["index"], default=None)
+
+    causes = {e["index"]: student_cause(e) for e in instructor_errors}
+    caused = [e for e in instructor_errors if causes[e["index"]] is not None]
+    broken = [e for e in instructor_errors if causes[e["index"]] is None]
     if broken:
         status = "crashed"
         e = broken[0]
         messages.append(f"the instructor's cell {e['grade_id']!r} failed ({e['ename']}: {e['evalue'][:200]}): the grading "
                         "environment failed, not necessarily the student's code: grade it again with --force")
     for e in caused[:1]:
-        first = min((o for o in own if o["index"] < e["index"] and e["ename"] in ("NameError", o["ename"])),
-                    key=lambda o: o["index"])
+        first = causes[e["index"]]
         where = repr(first["grade_id"]) if first["grade_id"] else f"cell {first['index'] + 1}"
         messages.append(f"the instructor's cell {e['grade_id']!r} failed ({e['ename']}: {e['evalue'][:200]}) after the "
                         f"student's {where} raised {first['ename']}: the student's code, not the grading environment")

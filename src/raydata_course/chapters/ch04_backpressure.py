@@ -73,6 +73,14 @@ PIXEL_MODULUS = 251
 # ---------------------------------------------------------------------------- workload
 
 
+def _num_files(num_rows: int, rows_per_file: int) -> int:
+    """``ceil(num_rows / rows_per_file)``: the blocks :func:`image_source` asks the read for."""
+    if num_rows < 1 or rows_per_file < 1:
+        raise ValueError(
+            f"num_rows and rows_per_file must be at least 1, got {num_rows} and {rows_per_file}.")
+    return -(-num_rows // rows_per_file)
+
+
 def source_block_rows(num_rows: int, rows_per_file: int = ROWS_PER_FILE) -> list[int]:
     """Rows per block of :func:`image_source` (``num_rows``, ``rows_per_file``), in order.
 
@@ -90,10 +98,7 @@ def source_block_rows(num_rows: int, rows_per_file: int = ROWS_PER_FILE) -> list
     Raises:
         ValueError: if ``num_rows`` or ``rows_per_file`` is below 1.
     """
-    if num_rows < 1 or rows_per_file < 1:
-        raise ValueError(
-            f"num_rows and rows_per_file must be at least 1, got {num_rows} and {rows_per_file}.")
-    per_task = max(1, num_rows // -(-num_rows // rows_per_file))
+    per_task = max(1, num_rows // _num_files(num_rows, rows_per_file))
     full, rest = divmod(num_rows, per_task)
     return [per_task] * full + ([rest] if rest else [])
 
@@ -119,11 +124,7 @@ def image_source(num_rows: int, rows_per_file: int = ROWS_PER_FILE):
     """
     import ray.data
 
-    if num_rows < 1 or rows_per_file < 1:
-        raise ValueError(
-            f"num_rows and rows_per_file must be at least 1, got {num_rows} and {rows_per_file}.")
-    num_files = -(-num_rows // rows_per_file)
-    return ray.data.range(num_rows, override_num_blocks=num_files)
+    return ray.data.range(num_rows, override_num_blocks=_num_files(num_rows, rows_per_file))
 
 
 def expected_pixel(ids: np.ndarray) -> np.ndarray:
