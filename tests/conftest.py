@@ -6,6 +6,7 @@ and the session-end check can prove that no Ray process outlived the suite.
 """
 
 import os
+import shutil
 import time
 
 import pytest
@@ -73,3 +74,7 @@ def pytest_sessionfinish(session, exitstatus):
         listing = "\n".join(f"  pid {p['pid']}: {p['cmdline']}" for p in left)
         print(f"\nERROR: {len(left)} Ray process(es) outlived the test session (now killed):\n{listing}")
         session.exitstatus = 1
+    if session.exitstatus == 0 and not left:
+        shutil.rmtree(SESSION_TEMP_ROOT, ignore_errors=True)  # Ray's logs are kept only for a failed run
+    elif os.path.isdir(SESSION_TEMP_ROOT):
+        print(f"\nRay's logs for this session are kept in {SESSION_TEMP_ROOT}")

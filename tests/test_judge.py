@@ -385,3 +385,30 @@ def test_the_grader_notices_a_changed_gradebook_or_oracle(tmp_path):
     (tmp_path / "oracles" / "data01.py").write_text("x = 2\n")
     (tmp_path / "oracles" / "data09.py").write_text("")
     assert oracle_changes(before, oracle_digests(tmp_path / "oracles")) == ["data01.py changed", "data09.py was added"]
+
+
+def test_a_failure_names_the_input_it_failed_on_but_not_its_values():
+    import pyarrow as pa
+
+    from raydata_grader.input_shapes import about_input, describe_tables
+    from raydata_grader.judge import _raised_message
+    from raydata_grader.remote import KernelRaised
+
+    tables = [pa.table({"id": list(range(26))}), pa.table({"id": list(range(25))})]
+    described = describe_tables(tables)
+    assert described == "a dataset of 51 rows in 2 blocks (26, 25 rows), column id"
+    assert describe_tables(tables, sizes=False) == "a dataset of 51 rows in 2 blocks, column id"
+    with pytest.raises(AssertionError) as failed:
+        with about_input(described):
+            assert False, "The counts are wrong."  # noqa: B011, PT015
+    assert str(failed.value) == f"The counts are wrong. The input: {described}."
+    with pytest.raises(KernelRaised) as raised:
+        with about_input(described):
+            raise KernelRaised("ValueError", "bad shape")
+    message = _raised_message(raised.value)
+    assert message.startswith("your code raised ValueError: bad shape.") and f"It raised on {described}" in message
+    # the innermost description wins; an outer one does not stack on top
+    with pytest.raises(AssertionError) as nested:
+        with about_input("outer"), about_input("inner"):
+            assert False, "Wrong."  # noqa: B011, PT015
+    assert str(nested.value) == "Wrong. The input: inner."

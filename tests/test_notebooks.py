@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from raydata_course.layout import KERNEL_NAME
-from raydata_course.notebooks import execute_notebook, is_stripped
+from raydata_course.notebooks import execute_notebook, is_stripped, prose_figures, unbacked_figures
 from raydata_grader.course_run import chapter_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +65,50 @@ def test_chapter_runs_top_to_bottom(path, tmp_path):
         run = execute_notebook(path, tmp_path / path.name, cell_timeout_s=600,
                                env={"RAY_ADDRESS": None, "TMPDIR": str(scratch)})
         assert run.status == "ok", f"{path.name} failed after {run.seconds:.0f} s: {run.error}"
+        # Every speed, size or time figure the prose states is printed by a cell or set in one.
+        unbacked = unbacked_figures(run.notebook)
+        assert not unbacked, f"{path.name} states figures that no cell prints or sets:\n" + "\n".join(
+            f"  cell {f.cell}: {f.text!r} in '...{f.context}...'" for f in unbacked)
         # torchinductor_<user> is torch's compile cache, shared by every process of the user.
         left = sorted(p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_"))
         assert not left, f"{path.name} left temp files behind: {left}"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _nb(markdown: str, code: str = "", output: str = ""):
+    cell = nbformat.v4.new_code_cell(code)
+    if output:
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=output)]
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(markdown), cell])
+
+
+def test_a_figure_in_prose_is_backed_only_by_a_printed_value_or_a_number_the_code_sets():
+    text = "The epoch took 3.4 s and peaked at 1,024 MiB with a 256 MiB budget."
+    assert [f.text for f in unbacked_figures(_nb(text))] == ["3.4 s", "1,024 MiB", "256 MiB"]
+    backed = _nb(text, code="budget = 256 * MiB", output="epoch: 3.4 s, peak 1024 MiB\n")
+    assert unbacked_figures(backed) == []
+    # a number inside a string or a comment of the code is not an input the chapter sets
+    assert [f.text for f in unbacked_figures(_nb("Lingers 1000 ms.", code='print("1000 ms")  # 1000'))] == ["1000 ms"]
+    # a value from an earlier run, copied into prose, fails on the next run
+    assert [f.text for f in unbacked_figures(_nb("About 1.5× faster.", output="ratio 1.48x"))] == ["1.5×"]
+    # comparisons in words cannot be backed: print the ratio instead
+    words = "Twice as fast, orders of magnitude slower, far longer, lingers up to a second."
+    assert [f.text for f in unbacked_figures(_nb(words, output="2 orders"))] == [
+        "Twice as", "orders of magnitude", "far longer", "up to a second"]
+
+
+def test_code_shapes_and_links_in_prose_are_not_figures():
+    text = ("8×8 pixels, `sleep(2 s)` in code, [the docs](https://x/4%20GiB), Ray 2.60, 3 blocks.\n"
+            "```\nblock of 64 MiB\n```")
+    assert prose_figures(_nb(text)) == []
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_prose_figures_are_inputs_or_printed(path):
+    """The fast half of the prose-figures check: without running the chapter, every figure in
+    its prose that is not a number the code sets must at least be one a code cell could print
+    (the slow test runs the chapter and checks the outputs). Comparisons in words never pass."""
+    nb = nbformat.read(path, as_version=4)
+    vague = [f for f in unbacked_figures(nb) if f.number is None]
+    assert not vague, f"{path.name}: comparisons in words; print the ratio instead: {vague}"

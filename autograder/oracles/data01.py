@@ -4,8 +4,8 @@ Every grade cell has a check here (:func:`raydata_grader.judge.judges`). A check
 grader's process, outside the student's kernel: it builds the inputs (datasets are sent to the
 kernel as Arrow tables, so their blocks are known here), has the kernel call the student's
 function on them (:class:`raydata_grader.remote.Kernel`), gets the results back as data, and
-raises ``AssertionError`` with a message that names the *kind* of input that failed and what
-to fix, never the input itself or the expected value.
+raises ``AssertionError`` with a message that names the *kind* of input that failed, its shape
+(rows, blocks, columns: ``about_input``) and what to fix, never its values or the expected value.
 
 The visible tests' twins check the values the visible test computed in the notebook against
 what this process expects for the visible inputs.
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from raydata_course.data import load_wine_table as _load_wine_table
+from raydata_grader.input_shapes import about_input, describe_tables
 from raydata_grader.judge import judges
 
 
@@ -79,24 +80,30 @@ def check_block_row_counts(k):
          _blocks_of_ids([5, 0, 4])),
     ]
     for what, tables in cases:
-        got = k.call("block_row_counts", _dataset(k, tables))
-        assert isinstance(got, list), f"block_row_counts must return a list (failed on {what})."
-        assert all(_is_int(x) for x in got), (
-            f"On {what}, the counts must be integers (Python int or NumPy integer), not floats or strings."
-        )
-        got = [int(x) for x in got]
-        expected = sorted(t.num_rows for t in tables)
-        # An empty block may be counted as 0 or left out (map_batches never sees it): both are right.
-        accepted = (expected, [n for n in expected if n])
-        assert sum(got) == sum(expected), (
-            f"On {what}, your counts do not add up to the dataset's row count: count every row "
-            "exactly once, one count per block."
-        )
-        assert len(got) in {len(a) for a in accepted}, (
-            f"On {what}, you returned a different number of counts than the dataset has blocks. "
-            "Make sure each batch is a whole block (what is map_batches' default batch_size?)."
-        )
-        assert got in accepted, f"On {what}, the per-block counts are wrong or not sorted ascending."
+        with about_input(describe_tables(tables, sizes=False)):
+            _check_counts(k, what, tables)
+
+
+def _check_counts(k, what: str, tables) -> None:
+    """Part A on one hidden input; the message names the input's blocks, not their sizes (the answer)."""
+    got = k.call("block_row_counts", _dataset(k, tables))
+    assert isinstance(got, list), f"block_row_counts must return a list (failed on {what})."
+    assert all(_is_int(x) for x in got), (
+        f"On {what}, the counts must be integers (Python int or NumPy integer), not floats or strings."
+    )
+    got = [int(x) for x in got]
+    expected = sorted(t.num_rows for t in tables)
+    # An empty block may be counted as 0 or left out (map_batches never sees it): both are right.
+    accepted = (expected, [n for n in expected if n])
+    assert sum(got) == sum(expected), (
+        f"On {what}, your counts do not add up to the dataset's row count: count every row "
+        "exactly once, one count per block."
+    )
+    assert len(got) in {len(a) for a in accepted}, (
+        f"On {what}, you returned a different number of counts than the dataset has blocks. "
+        "Make sure each batch is a whole block (what is map_batches' default batch_size?)."
+    )
+    assert got in accepted, f"On {what}, the per-block counts are wrong or not sorted ascending."
 
 
 # ------------------------------------------------------------------------------ part B
@@ -149,7 +156,8 @@ def check_make_blocks(k):
         (7, 7, "one row per block"),
         (1_000, 1, "a single block"),
     ]:
-        _check_blocks(k.remote_call("make_blocks", num_rows, num_blocks).get("dataset"), num_rows, num_blocks, what)
+        with about_input(f"make_blocks({num_rows}, {num_blocks})"):
+            _check_blocks(k.remote_call("make_blocks", num_rows, num_blocks).get("dataset"), num_rows, num_blocks, what)
 
 
 # ------------------------------------------------------------------------------ part C
@@ -209,9 +217,11 @@ def check_write_files(k):
     for num_files in (1, 5, 8):
         folder = k.remote_call(k.helper("scratch_folder"), "data01-hidden-")
         try:
-            got = k.call(k.helper("call_without_driver_parquet_writes"), k.student("write_files"), wine, folder, num_files)
-            listing = k.call(k.helper("parquet_folder"), folder)
-            _check_files(got, listing, wine, num_files, "For another file count")
+            with about_input(f"write_files on the Wine table ({wine.num_rows} rows) with num_files={num_files}"):
+                got = k.call(k.helper("call_without_driver_parquet_writes"), k.student("write_files"), wine, folder,
+                             num_files)
+                listing = k.call(k.helper("parquet_folder"), folder)
+                _check_files(got, listing, wine, num_files, "For another file count")
         finally:
             k.call(k.helper("remove_folder"), folder)
 

@@ -3,7 +3,8 @@
 Each check runs in the grader's process (:mod:`raydata_grader.judge`): it sends the kernel its
 inputs as Arrow tables, has the student's UDF or function run on them there, fetches the
 output blocks as data, and compares them with values computed here. Messages name the kind of
-input that failed and what to fix, never the input or the expected value.
+input that failed, its shape (rows, blocks, columns, arguments: ``about_input``) and what to
+fix, never the input's values or the expected result.
 
 Trusted measurement: the speed check of Part A times the student's UDF and a one-operation
 vectorized baseline in the kernel, on the same batch; the judge has to take both timings as
@@ -16,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from raydata_course.data import load_wine_table as _load_wine_table
+from raydata_grader.input_shapes import about_input, describe_tables
 from raydata_grader.judge import judges
 
 
@@ -93,13 +95,14 @@ def check_phenol_ratio(k):
     expected = np.asarray(wine["flavanoids"]) / np.asarray(wine["total_phenols"])
     udf = k.student("phenol_ratio")
     for num_blocks in (1, 7):
-        out = _dataset(k, _in_blocks(wine, num_blocks)).map_batches(udf).get("dataset")
-        assert _block_types(out, "phenol_ratio") == {"double"}, "phenol_ratio must be float64 in every batch."
-        assert _rows(out) == wine.num_rows, "Through Ray Data, the UDF changed the number of rows."
-        got = np.sort(_column(out, "phenol_ratio"))
-        assert np.allclose(got, np.sort(expected), rtol=0, atol=1e-12), (
-            "Over the whole dataset, in batches of several sizes, some phenol_ratio values are wrong."
-        )
+        with about_input(describe_tables(_in_blocks(wine, num_blocks)) + ", through map_batches"):
+            out = _dataset(k, _in_blocks(wine, num_blocks)).map_batches(udf).get("dataset")
+            assert _block_types(out, "phenol_ratio") == {"double"}, "phenol_ratio must be float64 in every batch."
+            assert _rows(out) == wine.num_rows, "Through Ray Data, the UDF changed the number of rows."
+            got = np.sort(_column(out, "phenol_ratio"))
+            assert np.allclose(got, np.sort(expected), rtol=0, atol=1e-12), (
+                "Over the whole dataset, in batches of several sizes, some phenol_ratio values are wrong."
+            )
     one = k.call(udf, k.helper("readonly_batch")(wine.slice(3, 1)))
     assert isinstance(one, dict) and len(one.get("phenol_ratio", [])) == 1, "A batch of one row must give one ratio."
     ten = pa.concat_tables([wine] * 10)
@@ -137,20 +140,21 @@ def check_standardize(k):
     wine = load_wine_table()
     frame = wine.to_pandas()
     for columns, blocks in ((["alcohol", "proline", "hue"], 5), (["color_intensity"], 1)):
-        out = k.remote_call("standardize", _dataset(k, _in_blocks(wine, blocks)), columns).get("dataset")
-        for c in columns:
-            assert _block_types(out, c) == {"double"}, "Every standardized column must be float64 in every batch."
-        assert _rows(out) == wine.num_rows, "Standardizing must keep every row."
-        names = {b.names for b in out.blocks if b.num_rows}
-        assert len(names) == 1 and sorted(next(iter(names))) == sorted(frame.columns), "Keep exactly the original columns."
-        for c in columns:
-            expected = (frame[c] - frame[c].mean()) / frame[c].std(ddof=1)
-            assert np.allclose(np.sort(_column(out, c)), np.sort(expected.to_numpy()), atol=1e-9), (
-                "For another set of columns and blocks, the z-scores differ from the dataset-wide "
-                "ones: compute mean and std over the whole dataset (ddof=1), not per batch."
-            )
-        for c in set(frame.columns) - set(columns):
-            assert sorted(out.column(c)) == sorted(frame[c].tolist()), "Columns not listed must stay unchanged."
+        with about_input(describe_tables(_in_blocks(wine, blocks)) + f", standardizing {columns}"):
+            out = k.remote_call("standardize", _dataset(k, _in_blocks(wine, blocks)), columns).get("dataset")
+            for c in columns:
+                assert _block_types(out, c) == {"double"}, "Every standardized column must be float64 in every batch."
+            assert _rows(out) == wine.num_rows, "Standardizing must keep every row."
+            names = {b.names for b in out.blocks if b.num_rows}
+            assert len(names) == 1 and sorted(next(iter(names))) == sorted(frame.columns), "Keep exactly the original columns."
+            for c in columns:
+                expected = (frame[c] - frame[c].mean()) / frame[c].std(ddof=1)
+                assert np.allclose(np.sort(_column(out, c)), np.sort(expected.to_numpy()), atol=1e-9), (
+                    "For another set of columns and blocks, the z-scores differ from the dataset-wide "
+                    "ones: compute mean and std over the whole dataset (ddof=1), not per batch."
+                )
+            for c in set(frame.columns) - set(columns):
+                assert sorted(out.column(c)) == sorted(frame[c].tolist()), "Columns not listed must stay unchanged."
     ints = k.module("ray.data").from_items([{"k": i, "cultivar": i % 3} for i in range(10)], override_num_blocks=2)
     out = k.remote_call("standardize", ints, ["k"]).get("dataset")
     assert _block_types(out, "k") == {"double"}, "An integer column must come out as float64 z-scores."

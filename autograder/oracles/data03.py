@@ -4,7 +4,8 @@ Each check runs in the grader's process (:mod:`raydata_grader.judge`). The hidde
 their own model here (another split, seed and width than the notebook's), send its file to the
 kernel, have the student's class or function run there on data sent from here, and compare the
 predictions that come back with the model's own, computed here. Messages name the kind of
-input that failed and what to fix, never the input or the expected value.
+input that failed, its shape (``about_input``) and what to fix, never its values or the expected
+result.
 
 Trusted measurements: the number of model loads per actor and per instance is counted in the
 kernel (:func:`raydata_course.chapters.ch03_actor_pools.setup_events`, the set-up log the
@@ -13,6 +14,7 @@ course's ``load_classifier`` writes), and so is the pool's compute strategy
 warnings. The judge cross-checks the rows and predictions that come back against its own.
 """
 
+import contextlib
 import functools
 import tempfile
 from pathlib import Path
@@ -23,6 +25,7 @@ import pyarrow as pa
 
 from raydata_course.chapters import ch03_classifier as inference
 from raydata_course.data import load_wine_table
+from raydata_grader.input_shapes import about_input, describe_tables
 from raydata_grader.judge import judges
 
 _CONFIDENCE_ATOL = 1e-4
@@ -53,10 +56,24 @@ def _oracle_model():
         return clf, path.read_bytes()
 
 
-def _model_in_kernel(k):
-    """The oracle's model, trained here, and the path of its file in the kernel."""
-    clf, data = _oracle_model()
-    return clf, k.call(k.helper("write_file"), data, "oracle-wine.pt")
+def _with_model_in_kernel(check):
+    """Run ``check(k, clf, path)`` with the oracle's model and its file written in the kernel.
+
+    The file's folder is removed afterwards, whatever the check's outcome, so an unsandboxed
+    kernel leaves nothing in its temp folder. A kernel that is gone by then has nothing to remove.
+    """
+    @functools.wraps(check)
+    def run(k):
+        clf, data = _oracle_model()
+        path = k.call(k.helper("write_file"), data, "oracle-wine.pt")
+        try:
+            return check(k, clf, path)
+        finally:
+            # A kernel that died or timed out has nothing to remove; the check's failure says so.
+            with contextlib.suppress(Exception):
+                k.call(k.helper("remove_folder"), str(Path(path).parent))
+
+    return run
 
 
 def _reference(clf, frame: pd.DataFrame, min_confidence: float) -> pd.DataFrame:
@@ -153,14 +170,14 @@ def visible_predictor(k):
 
 
 @judges("predictor_hidden")
-def check_predictor(k):
+@_with_model_in_kernel
+def check_predictor(k, clf, path):
     """Another model, batch sizes and orders: the model's own predictions, one load per instance.
 
     Trusts a measurement made in the kernel: the count of ``load_classifier`` calls in the
     kernel's process (the course's set-up log). Cross-checked here: every prediction and
     confidence against this process's own model.
     """
-    clf, path = _model_in_kernel(k)
     frame = _wine().to_pandas()
     order = np.random.default_rng(11).permutation(len(frame))
     bounds = np.cumsum([0, 1, 7, 50, 120])  # batch sizes, 178 rows in all
@@ -228,7 +245,8 @@ def visible_predict_wine(k):
 
 
 @judges("predict_wine_hidden")
-def check_predict_wine(k):
+@_with_model_in_kernel
+def check_predict_wine(k, clf, path):
     """A fixed pool of exactly num_actors actors, one load per actor, every row predicted right.
 
     Trusts measurements made in the kernel: the pool's compute strategy read from the plan,
@@ -237,7 +255,6 @@ def check_predict_wine(k):
     model's prediction.
     """
     num_actors, batch_size, min_confidence = 2, 8, 0.8
-    clf, path = _model_in_kernel(k)
     table = _wine(copies=2)
     ds = k.module("ray.data").from_arrow([table.slice(i, 72) for i in range(0, table.num_rows, 72)])  # 5 blocks
     called = k.helper("call_capturing_warnings")(k.student("predict_wine"), ds, path, num_actors,
@@ -367,9 +384,11 @@ def check_evaluate(k):
     ]
     for frame, num_classes, blocks in cases:
         tables = [pa.Table.from_pandas(frame[i::blocks], preserve_index=False) for i in range(blocks)]
-        result = k.call("evaluate", k.helper("dataset_from_pandas")(tables), num_classes)
-        _check_evaluation(result, frame, num_classes,
-                          "On predictions that arrive in another order (and in other blocks, with another number of classes)")
+        with about_input(describe_tables(tables) + f", num_classes={num_classes}"):
+            result = k.call("evaluate", k.helper("dataset_from_pandas")(tables), num_classes)
+            _check_evaluation(result, frame, num_classes,
+                              "On predictions that arrive in another order (and in other blocks, with another number "
+                              "of classes)")
 
 
 # ------------------------------------------------------------------------------ part D

@@ -5,8 +5,9 @@ here from :func:`raydata_course.chapters.ch05_split_checks.id_probe_table` (digi
 whose first pixels spell out the row id) and sent to the kernel, so the judge can tell from the
 features alone which rows a batch held. Batches come back as tensors' data (dtype, shape,
 device and values). The model check sends the test features without their labels and scores
-the predictions that come back here. Messages name the kind of input that failed and what to
-fix, never the input or the expected value.
+the predictions that come back here. Messages name the kind of
+input that failed, its shape (rows, blocks, columns, arguments: ``about_input``) and what to
+fix, never the input's values or the expected result.
 
 Trusted measurement: the shards' time limit (``run_split_readers`` in the kernel).
 """
@@ -19,6 +20,7 @@ import pyarrow as pa
 from raydata_course.chapters import ch05_split_checks as split_checks
 from raydata_course.chapters import ch05_torch_ingest as ingest
 from raydata_course.judging.wire import TensorData
+from raydata_grader.input_shapes import about_input
 from raydata_grader.judge import judges
 from raydata_grader.remote import KernelRaised
 
@@ -89,19 +91,20 @@ def check_collate(k):
     ds, table = _probe_dataset(k, 301, 5, seed=1)
     expected = ingest.digits_arrays(table)[0]
     for batch_size in (1, 7, 64):
-        batches = k.call(k.helper("collect_torch_batches"), ds, batch_size=batch_size,
-                         collate_fn=k.student("DigitsCollate")())
-        xs, ys = zip(*[_check_xy(b, f"With batches of {batch_size} row(s)") for b in batches]) if batches else ((), ())
-        x = np.concatenate([t.values for t in xs]) if xs else np.zeros((0, 64), np.float32)
-        y = np.concatenate([t.values for t in ys]) if ys else np.zeros(0, np.int64)
-        assert len(x) == table.num_rows, f"With batches of {batch_size} row(s), rows were lost or added."
-        ids = split_checks.ids_from_features(x)
-        assert np.array_equal(np.sort(ids), np.arange(table.num_rows)), (
-            "Some features do not match any input row: features must be pixels / 16, in the "
-            "pixels' own order."
-        )
-        assert np.array_equal(x, expected[ids]), "Features must be exactly pixels / 16 (as float32)."
-        assert np.array_equal(y, ids % 10), "Each label must be the label of its own row."
+        with about_input(f"a dataset of 301 digits in 5 blocks, read with batch_size={batch_size}"):
+            batches = k.call(k.helper("collect_torch_batches"), ds, batch_size=batch_size,
+                             collate_fn=k.student("DigitsCollate")())
+            xs, ys = zip(*[_check_xy(b, f"With batches of {batch_size} row(s)") for b in batches]) if batches else ((), ())
+            x = np.concatenate([t.values for t in xs]) if xs else np.zeros((0, 64), np.float32)
+            y = np.concatenate([t.values for t in ys]) if ys else np.zeros(0, np.int64)
+            assert len(x) == table.num_rows, f"With batches of {batch_size} row(s), rows were lost or added."
+            ids = split_checks.ids_from_features(x)
+            assert np.array_equal(np.sort(ids), np.arange(table.num_rows)), (
+                "Some features do not match any input row: features must be pixels / 16, in the "
+                "pixels' own order."
+            )
+            assert np.array_equal(x, expected[ids]), "Features must be exactly pixels / 16 (as float32)."
+            assert np.array_equal(y, ids % 10), "Each label must be the label of its own row."
     first = k.call(k.helper("collect_torch_batches"), ds, limit=1, batch_size=16,
                    collate_fn=k.student("DigitsCollate")(), device="meta")
     x, y = _check_xy(first[0] if first else None, "With device='meta'")
@@ -152,21 +155,22 @@ def check_train_batches(k):
     orders, compositions, first_batches = [], [], []
     for batch_size in (64, 100):
         for epoch in (0, 1):
-            ids, sizes, _, per_batch = _epoch(k, ds, batch_size, epoch)
-            cover = split_checks.row_coverage(ids, num_rows)
-            assert cover.exactly_once, (
-                f"In one epoch with batch_size={batch_size}, {cover.missing} row(s) were never "
-                f"seen and {cover.repeated} were seen twice: every row must be seen exactly once "
-                "per epoch (keep the last, smaller batch)."
-            )
-            assert split_checks.batches_full(sizes, batch_size), (
-                f"With batch_size={batch_size}, every batch but one must hold exactly batch_size rows, "
-                f"and that one what is left; your batches held {sorted(set(sizes))} rows."
-            )
-            if batch_size == 64:
-                orders.append(ids)
-                compositions.append({frozenset(b.tolist()) for b in per_batch})
-                first_batches = first_batches if epoch else per_batch
+            with about_input(f"a dataset of {num_rows} digits in 6 blocks, batch_size={batch_size}, epoch {epoch}"):
+                ids, sizes, _, per_batch = _epoch(k, ds, batch_size, epoch)
+                cover = split_checks.row_coverage(ids, num_rows)
+                assert cover.exactly_once, (
+                    f"In one epoch with batch_size={batch_size}, {cover.missing} row(s) were never "
+                    f"seen and {cover.repeated} were seen twice: every row must be seen exactly once "
+                    "per epoch (keep the last, smaller batch)."
+                )
+                assert split_checks.batches_full(sizes, batch_size), (
+                    f"With batch_size={batch_size}, every batch but one must hold exactly batch_size rows, "
+                    f"and that one what is left; your batches held {sorted(set(sizes))} rows."
+                )
+                if batch_size == 64:
+                    orders.append(ids)
+                    compositions.append({frozenset(b.tolist()) for b in per_batch})
+                    first_batches = first_batches if epoch else per_batch
     # Batches formatted in several threads (prefetch_batches > 1) may arrive out of order, so
     # the order of the batches proves nothing: the rows within each batch must be mixed.
     assert not np.array_equal(orders[0], np.sort(orders[0])) and _runs_in_order(first_batches) < 0.5, (

@@ -11,8 +11,9 @@
 - ``summary.md`` and ``summary.json``: per notebook, status and seconds; per exercise, score
   over max.
 
-It exits non-zero if a chapter fails, a reference solution scores less than full marks, or the
-quick lab does not reproduce the overage.
+It exits non-zero if a chapter fails, states a speed, size or time figure in its prose that no
+cell prints or sets (:func:`raydata_course.notebooks.unbacked_figures`), a reference solution
+scores less than full marks, or the quick lab does not reproduce the overage.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from raydata_course.notebooks import execute_notebook
+from raydata_course.notebooks import execute_notebook, unbacked_figures
 from raydata_course.tables import markdown_table
 from raydata_grader.answers import reference_submission
 from raydata_grader.course_dir import autograde, plant_submission, prepare_course_dir
@@ -44,9 +45,17 @@ def run_chapters(out_dir: Path, cell_timeout_s: int = 900) -> list[dict]:
     for path in chapter_notebooks():
         print(f"[course] running {path.name} ...", flush=True)
         run = execute_notebook(path, out_dir / path.name, cell_timeout_s=cell_timeout_s)
-        print(f"[course]   {run.status} in {run.seconds:.1f} s" + (f": {run.error}" if run.error else ""), flush=True)
-        records.append({"notebook": f"chapters/{path.name}", "status": run.status,
-                        "seconds": round(run.seconds, 1), "error": run.error})
+        status, error = run.status, run.error
+        if status == "ok" and run.notebook is not None:
+            # Every speed, size or time figure in the prose must be printed or set by a cell.
+            unbacked = unbacked_figures(run.notebook)
+            if unbacked:
+                status = "error"
+                error = "figures in the prose that no cell prints or sets: " + "; ".join(
+                    f"cell {f.cell}: {f.text!r} ({f.context})" for f in unbacked)
+        print(f"[course]   {status} in {run.seconds:.1f} s" + (f": {error}" if error else ""), flush=True)
+        records.append({"notebook": f"chapters/{path.name}", "status": status,
+                        "seconds": round(run.seconds, 1), "error": error})
     return records
 
 

@@ -35,7 +35,8 @@ stops the run:
 
 Examples:
     >>> import tempfile, pathlib
-    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> scratch = tempfile.TemporaryDirectory()
+    >>> root = pathlib.Path(scratch.name)
     >>> (root / "amy" / "data01").mkdir(parents=True)
     >>> _ = (root / "amy" / "data01" / "data01.ipynb").write_text("{}")
     >>> (root / "bob").symlink_to(root / "amy")
@@ -44,6 +45,7 @@ Examples:
     ([('amy', 'data01')], ['amy', 'bob'])
     >>> empty[("bob", "*")].startswith("the folder 'bob' is a symbolic link")
     True
+    >>> scratch.cleanup()
 """
 
 from __future__ import annotations

@@ -351,6 +351,9 @@ def _raised_message(exc: KernelRaised) -> str:
         return f"{text}: an earlier cell did not run to the end, or the name was changed."
     said = f"your code raised {exc.type_name}" + (f": {text}" if text else "")
     said = said if said.endswith((".", "!", "?", ")")) else said + "."
+    described = getattr(exc, "input_description", None)
+    if described:
+        return said + f" It raised on {described}: build such an input and call your function on it to reproduce it."
     return said + " Call your function on inputs of other sizes and shapes to reproduce it."
 
 

@@ -59,9 +59,16 @@ def install_kernel(prefix: str | None = None) -> str:
     Returns:
         The folder the kernelspec was written to.
     """
-    from ipykernel.kernelspec import install
+    import tempfile
 
-    return install(kernel_name=KERNEL_NAME, display_name=KERNEL_DISPLAY_NAME, prefix=prefix or sys.prefix)
+    from ipykernel.kernelspec import write_kernel_spec
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    # ipykernel's install() stages the spec in a mkdtemp folder and removes only its contents,
+    # leaving an empty folder in /tmp each time; stage it in a folder that goes away instead.
+    with tempfile.TemporaryDirectory(prefix="rdc-kernelspec-") as staging:
+        spec = write_kernel_spec(Path(staging) / KERNEL_NAME, overrides={"display_name": KERNEL_DISPLAY_NAME})
+        return KernelSpecManager().install_kernel_spec(str(spec), kernel_name=KERNEL_NAME, prefix=prefix or sys.prefix)
 
 
 #: Kernel arguments for the kernels that nbgrader's Validate starts (set as

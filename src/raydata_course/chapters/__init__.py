@@ -10,6 +10,8 @@
   Train loop of chapter 05.
 - :mod:`.ch05_split_checks`: rows whose features spell their id, row coverage, and reading
   ``streaming_split`` iterators under a deadline.
+- :mod:`.ch07_ingest_tuning`: photo shards with an unused column, the decode and augment
+  UDFs, one measured training epoch, how shuffled an order is, and ``ds.stats()`` as a table.
 
 Measurement lives in :mod:`raydata_course.measure`; showing source in :mod:`raydata_course.show`.
 """
