@@ -232,3 +232,20 @@ def test_image_source_blocks_are_what_source_block_rows_says():
         tasks = RangeDatasource(num_rows).get_read_tasks(-(-num_rows // ROWS_PER_FILE))
         assert [t.metadata.num_rows for t in tasks] == source_block_rows(num_rows), num_rows
     assert source_block_rows(288) == [57, 57, 57, 57, 57, 3]
+
+
+def test_known_harmless_worker_lines_are_dropped_and_others_kept(ray_cluster, capsys):
+    """rc.setup wraps the driver's printer of worker output: Ray Train's State-API warning (the
+    course's clusters run no dashboard) is dropped, every other line is printed."""
+    from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
+
+    from raydata_course._util import KNOWN_NOISE, drop_known_noise
+
+    assert drop_known_noise() is True  # already wrapped by setup(); wrapping again changes nothing
+    printers = [h for name, h in dispatcher.handlers if name == "ray_print_logs"]
+    assert len(printers) == 1 and printers[0].drops_known_noise
+    noise = KNOWN_NOISE[0][1] + ". State API may be temporarily unavailable. Continuing to monitor."
+    printers[0]({"ip": "127.0.0.1", "pid": 4242, "job": "01000000", "is_err": False, "actor_name": "Probe",
+                 "task_name": None, "lines": [noise, "a real warning: disk almost full"]})
+    out = capsys.readouterr().out
+    assert "a real warning: disk almost full" in out and KNOWN_NOISE[0][1] not in out

@@ -215,6 +215,45 @@ def test_a_dead_consumer_fails_the_others_quickly(ray_cluster):
     assert time.monotonic() - t0 < CONSUMER_DEATH_TIMEOUT_S
 
 
+@pytest.mark.parametrize("failure", ["actor pool cannot start", "a UDF raises midway"])
+def test_an_execution_error_reaches_every_split_promptly(ray_cluster, failure):
+    """Every push consumer raises the execution's own error, as every pull split does: when the
+    epoch's execution cannot start (an actor pool waits for a GPU that is not there) and when
+    it fails midway (a UDF raises on one block)."""
+    class NeedsAGpu:  # defined here so that it travels by value (workers cannot import tests/)
+        def __call__(self, batch):
+            return batch
+
+    def fail_on_block_3(batch):
+        if int(batch["id"][0]) == 150:
+            raise ValueError("bad block 150")
+        return batch
+
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.wait_for_min_actors_s
+    ctx.wait_for_min_actors_s = 3
+    try:
+        ds = ray.data.range(400, override_num_blocks=8)  # 50-row blocks
+        if failure == "actor pool cannot start":
+            ds = ds.map_batches(NeedsAGpu, batch_size=10, num_gpus=1, compute=ray.data.ActorPoolStrategy(size=1))
+            expected = "Timed out while starting actors"
+        else:
+            ds = ds.map_batches(fail_on_block_3)
+            expected = "bad block 150"
+        splits = push_split(ds, 3)
+        consumers = [Consumer.remote() for _ in splits]
+        t0 = time.monotonic()
+        refs = [c.consume.remote(s, 10, 1) for c, s in zip(consumers, splits)]
+        for ref in refs:
+            with pytest.raises(ray.exceptions.RayTaskError) as raised:
+                ray.get(ref, timeout=90)
+            assert isinstance(raised.value.as_instanceof_cause(), PushSplitError), raised.value
+            assert expected in str(raised.value), str(raised.value)[-800:]
+        assert time.monotonic() - t0 < 60
+    finally:
+        ctx.wait_for_min_actors_s = saved
+
+
 def test_reports_late_duplicate_and_reordered(ray_cluster):
     """Direct protocol checks against the coordinator: deliveries reordered on arrival,
     duplicates and late reports ignored."""

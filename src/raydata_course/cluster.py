@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from raydata_course._util import drop_known_noise
 from raydata_course.layout import HEADLESS_ENV, MACHINE_CPUS_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB, MiB
 
@@ -352,6 +353,7 @@ def setup(
                 ray.shutdown()
         started_here = True
 
+    drop_known_noise()  # workers' known-harmless repeated warnings (see _util.KNOWN_NOISE)
     resources = ray.cluster_resources()
     session = CourseSession(
         address=ray.get_runtime_context().gcs_address,

@@ -28,7 +28,9 @@ apply to the executions it runs.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import re
 import threading
 import time
 from typing import Optional
@@ -48,6 +50,54 @@ logger = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 10.0
 #: how many (time, bytes) points of the pushed-but-unconsumed history debug_state keeps.
 _HISTORY_LIMIT = 20_000
+
+
+def _error_summary(exc: BaseException, max_chars: int = 600) -> str:
+    """The execution's error in one line, with its root cause: a failed UDF reaches the
+    coordinator as ``RayTaskError(UserCodeException)`` with a generic message, and the
+    student's own exception (``ValueError: bad block``) is at the end of its cause chain.
+
+    Examples:
+        >>> try:
+        ...     try:
+        ...         raise ValueError("bad block 150")
+        ...     except ValueError as inner:
+        ...         raise RuntimeError("UDF failed to process a data block.") from inner
+        ... except RuntimeError as outer:
+        ...     print(_error_summary(outer))
+        RuntimeError: UDF failed to process a data block. (caused by ValueError: bad block 150)
+    """
+    def one_line(e: BaseException) -> str:
+        text = " ".join(str(e).split())
+        return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+    chain, seen, current = [], set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = getattr(current, "cause", None) or current.__cause__
+    root = one_line(chain[-1]) if chain[-1] is not exc else None
+    # A remote error carries the task's traceback as text, root cause first: its first
+    # "SomeError: message" line that is not Ray's own wrapper is the user's exception.
+    for e in chain:
+        text = _ANSI.sub("", getattr(e, "traceback_str", None) or str(e))
+        for line in text.splitlines():
+            m = _ERROR_LINE.match(line)
+            if m and not m.group(1).endswith(("UserCodeException", "RayTaskError")):
+                root = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
+                break
+        else:
+            continue
+        break
+    first = _ANSI.sub("", str(exc)).strip().splitlines()[0] if str(exc).strip() else ""
+    said = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    if root:
+        said += f" (caused by {root})"
+    return said[:max_chars]
+
+
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (.+)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _ping(_host_self) -> bool:
@@ -165,8 +215,15 @@ class PushSplitCoordinator:
                     output_iterator = self._ds._build_bundle_iterator(executor)
                     executor.set_external_consumer_bytes(0)  # registers the external consumers
                 except Exception as exc:  # noqa: BLE001
-                    error = PushSplitError(f"starting epoch {starting + 1} failed: {exc!r}")
+                    # e.g. an actor pool that cannot start within DataContext.wait_for_min_actors_s:
+                    # the executor is half-built (no resource manager yet), so it is shut down
+                    # here and never used; every split of the epoch gets this error.
+                    error = PushSplitError(f"starting epoch {starting + 1} failed: {_error_summary(exc)}")
                     error.__cause__ = exc
+                    if executor is not None:
+                        with contextlib.suppress(Exception):  # it may lack what shutdown expects
+                            executor.shutdown(force=True)
+                    executor = output_iterator = None
         finally:
             self._cond.acquire()
         if old_flows:
@@ -178,12 +235,14 @@ class PushSplitCoordinator:
         self._executor, self._output_iterator = executor, output_iterator
         self._flows = {i: SplitFlow(target_rows=int(a.target_rows), host=a.host) for i, a in arrivals.items()}
         self._delivery_calls = {}
-        self._set_external_bytes_locked()
-        if error is None:
-            for i in range(self._n):
-                threading.Thread(target=self._send_loop, args=(self._epoch, i), daemon=True,
-                                 name=f"push-split-send-{self._epoch}-{i}").start()
-        self._cond.notify_all()
+        try:
+            if error is None:
+                self._set_external_bytes_locked()
+                for i in range(self._n):
+                    threading.Thread(target=self._send_loop, args=(self._epoch, i), daemon=True,
+                                     name=f"push-split-send-{self._epoch}-{i}").start()
+        finally:
+            self._cond.notify_all()  # whatever happened, no split may sleep at the barrier
 
     def _teardown(self, executor) -> None:
         """Shut the previous epoch's executor down (idempotent), re-raising any failure
@@ -223,7 +282,7 @@ class PushSplitCoordinator:
                 except Exception as exc:  # noqa: BLE001 - the executor failed
                     if draining:  # every consumer may be gone and the executor shut down
                         return
-                    self._fail_epoch(epoch, PushSplitError(f"execution of epoch {epoch} failed: {exc!r}"))
+                    self._fail_epoch(epoch, PushSplitError(f"execution of epoch {epoch} failed: {_error_summary(exc)}"))
                     return
                 pending.extend(zip(bundle.blocks, bundle.slices))
                 del bundle
