@@ -80,7 +80,7 @@ ALLOWED = {
     "raydata_course._util": set(),
     "raydata_course.tables": set(),
     "raydata_course.show": {"raydata_course.units"},
-    "raydata_course.cluster": {"raydata_course", "raydata_course.layout", "raydata_course.units"},
+    "raydata_course.cluster": {"raydata_course", "raydata_course._util", "raydata_course.layout", "raydata_course.units"},
     "raydata_course.data": set(),
     "raydata_course.notebooks": {"raydata_course._util", "raydata_course.layout"},
     "raydata_course.measure": {"raydata_course.units", "raydata_course.measure"},
