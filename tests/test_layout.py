@@ -84,7 +84,7 @@ ALLOWED = {
     "raydata_course.data": set(),
     "raydata_course.notebooks": {"raydata_course._util", "raydata_course.layout"},
     "raydata_course.measure": {"raydata_course.units", "raydata_course.measure"},
-    "raydata_course.push_split": {"raydata_course.push_split"},
+    "raydata_course.push_split": {"raydata_course.push_split", "raydata_course._util"},
     "raydata_course.chapters": {"raydata_course.chapters", "raydata_course.measure", "raydata_course.show",
                                 "raydata_course.units", "raydata_course.data"},
     "raydata_course.lab": {"raydata_course", "raydata_course.lab", "raydata_course.measure",
@@ -92,7 +92,8 @@ ALLOWED = {
     "raydata_course.classroom": {"raydata_course.classroom", "raydata_course.layout", "raydata_course.notebooks"},
     "raydata_course.jupyter": {"raydata_course.layout"},
     "raydata_course.hints": {"raydata_course.layout"},
-    "raydata_course.judging": {"raydata_course.judging", "raydata_course.chapters", "raydata_course.measure"},
+    "raydata_course.judging": {"raydata_course.judging", "raydata_course._util", "raydata_course.chapters",
+                               "raydata_course.measure"},
 }
 
 

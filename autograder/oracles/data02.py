@@ -95,8 +95,9 @@ def check_phenol_ratio(k):
     expected = np.asarray(wine["flavanoids"]) / np.asarray(wine["total_phenols"])
     udf = k.student("phenol_ratio")
     for num_blocks in (1, 7):
-        with about_input(describe_tables(_in_blocks(wine, num_blocks)) + ", through map_batches"):
-            out = _dataset(k, _in_blocks(wine, num_blocks)).map_batches(udf).get("dataset")
+        tables = _in_blocks(wine, num_blocks)
+        with about_input(describe_tables(tables) + ", through map_batches"):
+            out = _dataset(k, tables).map_batches(udf).get("dataset")
             assert _block_types(out, "phenol_ratio") == {"double"}, "phenol_ratio must be float64 in every batch."
             assert _rows(out) == wine.num_rows, "Through Ray Data, the UDF changed the number of rows."
             got = np.sort(_column(out, "phenol_ratio"))
@@ -140,8 +141,9 @@ def check_standardize(k):
     wine = load_wine_table()
     frame = wine.to_pandas()
     for columns, blocks in ((["alcohol", "proline", "hue"], 5), (["color_intensity"], 1)):
-        with about_input(describe_tables(_in_blocks(wine, blocks)) + f", standardizing {columns}"):
-            out = k.remote_call("standardize", _dataset(k, _in_blocks(wine, blocks)), columns).get("dataset")
+        tables = _in_blocks(wine, blocks)
+        with about_input(describe_tables(tables) + f", standardizing {columns}"):
+            out = k.remote_call("standardize", _dataset(k, tables), columns).get("dataset")
             for c in columns:
                 assert _block_types(out, c) == {"double"}, "Every standardized column must be float64 in every batch."
             assert _rows(out) == wine.num_rows, "Standardizing must keep every row."

@@ -88,10 +88,11 @@ def check_collate(k):
         "NumpyBatchCollateFn or PandasBatchCollateFn from ray.data.collate_fn); plain "
         "callables are deprecated since Ray 2.47."
     )
-    ds, table = _probe_dataset(k, 301, 5, seed=1)
+    num_rows, num_blocks = 301, 5
+    ds, table = _probe_dataset(k, num_rows, num_blocks, seed=1)
     expected = ingest.digits_arrays(table)[0]
     for batch_size in (1, 7, 64):
-        with about_input(f"a dataset of 301 digits in 5 blocks, read with batch_size={batch_size}"):
+        with about_input(f"a dataset of {num_rows} digits in {num_blocks} blocks, read with batch_size={batch_size}"):
             batches = k.call(k.helper("collect_torch_batches"), ds, batch_size=batch_size,
                              collate_fn=k.student("DigitsCollate")())
             xs, ys = zip(*[_check_xy(b, f"With batches of {batch_size} row(s)") for b in batches]) if batches else ((), ())
@@ -150,12 +151,13 @@ def _runs_in_order(batches: list) -> float:
 
 @judges("train_batches_hidden")
 def check_train_batches(k):
-    num_rows = 1003
-    ds, _ = _probe_dataset(k, num_rows, 6, seed=2)
+    num_rows, num_blocks = 1003, 6
+    ds, _ = _probe_dataset(k, num_rows, num_blocks, seed=2)
     orders, compositions, first_batches = [], [], []
     for batch_size in (64, 100):
         for epoch in (0, 1):
-            with about_input(f"a dataset of {num_rows} digits in 6 blocks, batch_size={batch_size}, epoch {epoch}"):
+            with about_input(f"a dataset of {num_rows} digits in {num_blocks} blocks, batch_size={batch_size}, "
+                                  f"epoch {epoch}"):
                 ids, sizes, _, per_batch = _epoch(k, ds, batch_size, epoch)
                 cover = split_checks.row_coverage(ids, num_rows)
                 assert cover.exactly_once, (

@@ -34,6 +34,31 @@ def temporary_env(values: dict[str, str | None]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+
+def cause_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions that caused it, outermost first, root cause last.
+
+    Follows a Ray error's ``cause`` (``RayTaskError`` keeps the task's exception there) and
+    otherwise ``__cause__`` (``raise ... from``); stops at a repeat.
+
+    Examples:
+        >>> try:
+        ...     try:
+        ...         raise ValueError("inner")
+        ...     except ValueError as inner:
+        ...         raise RuntimeError("outer") from inner
+        ... except RuntimeError as exc:
+        ...     [type(e).__name__ for e in cause_chain(exc)]
+        ['RuntimeError', 'ValueError']
+    """
+    chain, seen, current = [], set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        nxt = getattr(current, "cause", None)
+        current = nxt if isinstance(nxt, BaseException) else current.__cause__
+    return chain
+
 #: Worker log lines known to be harmless on the course's clusters, as (logger, text in the line).
 #: Ray Train's placement-group cleaner asks the State API whether the Train controller is
 #: alive every few seconds; the State API is served by the dashboard, which the course's

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from raydata_course._util import cause_chain
 from raydata_course.judging.wire import (
     MAX_TEXT_CHARS,
     ArrowTable,
@@ -74,14 +75,7 @@ def error_text(exc: BaseException) -> str:
         <BLANKLINE>
         a long Ray traceback ...
     """
-    root, seen = exc, set()
-    while id(root) not in seen:
-        seen.add(id(root))
-        nxt = getattr(root, "cause", None)
-        nxt = nxt if isinstance(nxt, BaseException) else root.__cause__
-        if nxt is None:
-            break
-        root = nxt
+    root = cause_chain(exc)[-1]
     text = str(exc)
     return text if root is exc else f"{type(root).__name__}: {root}\n\n{text}"
 

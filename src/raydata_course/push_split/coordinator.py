@@ -37,6 +37,7 @@ from typing import Optional
 
 import ray
 
+from raydata_course._util import cause_chain
 from raydata_course.push_split.flow import SplitFlow
 from raydata_course.push_split.inbox import deliver
 from raydata_course.push_split.messages import Arrival, Delivery, Parcel, PushSplitError, RowRange
@@ -71,11 +72,7 @@ def _error_summary(exc: BaseException, max_chars: int = 600) -> str:
         text = " ".join(str(e).split())
         return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
-    chain, seen, current = [], set(), exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        chain.append(current)
-        current = getattr(current, "cause", None) or current.__cause__
+    chain = cause_chain(exc)
     root = one_line(chain[-1]) if chain[-1] is not exc else None
     # A remote error carries the task's traceback as text, root cause first: its first
     # "SomeError: message" line that is not Ray's own wrapper is the user's exception.
