@@ -3,6 +3,7 @@
 #   make course      run every chapter headless, grade every reference solution, run the quick lab
 #   make lab         the training-ingest lab: every variant, 3 repeats (QUICK=1: the CI subset;
 #                    RAY=2.55.1: the same lab against another Ray release, in .venv-ray2.55.1)
+#   make lab-gpu     on a GPU node: the lab's GPU check (CUDA required, at most 8 minutes; OUT=folder)
 #   make test        the full test suite (what CI runs), in TEST_WORKERS parallel processes
 #                    (default 2; each has its own Ray cluster; TEST_WORKERS=0 runs it in one)
 #   make test-fast   the inner loop: package units and static checks, no notebook execution
@@ -39,7 +40,7 @@ LAB_OUT := build/lab
 LAB_ENV :=
 endif
 
-.PHONY: setup course lab lab-quick test test-fast release jupyter lock strip clean grade student-bundle
+.PHONY: setup course lab lab-gpu lab-quick test test-fast release jupyter lock strip clean grade student-bundle
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml autograder/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
@@ -70,6 +71,13 @@ lab: $(LAB_VENV)/.installed-stamp
 	PATH="$(CURDIR)/$(LAB_VENV)/bin:$$PATH" RAYDATA_COURSE_HEADLESS=1 $(LAB_ENV) \
 	  $(LAB_VENV)/bin/python -m raydata_course.lab --out $(LAB_OUT) $(if $(QUICK),--quick,) \
 	  --compare-with $(sort $(wildcard build/lab/results.json build/lab-ray*/results.json))
+
+# The GPU check, on a GPU node without the course's venv: Ray comes from .gpu/ (made by the
+# project's gpu-bundle hook), torch from the machine. CUDA is required; at most 8 minutes.
+# Writes its tables and figures to $(OUT) (default build/lab-gpu).
+lab-gpu:
+	source .gpu/activate && PYTHONPATH="$(CURDIR)/src:$$PYTHONPATH" RAYDATA_COURSE_HEADLESS=1 \
+	  timeout 480 python3 -m raydata_course.lab --gpu-check --deadline-s 400 --out "$${OUT:-build/lab-gpu}"
 
 lab-quick: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick

@@ -64,7 +64,7 @@ def test_every_row_once_equal_counts_and_window(ray_cluster):
     state = splits[0].debug_state()
     final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
     for flow in final.values():
-        assert flow["max_inflight_rows"] <= flow["target_rows"] + flow["max_block_rows"] - 1, flow
+        assert flow["max_inflight_rows"] <= flow["max_target_rows"] + flow["max_block_rows"] - 1, flow
         assert flow["rows_pushed"] == 200
     time.sleep(0.5)
     state = splits[0].debug_state()
@@ -130,7 +130,43 @@ def test_window_bound_with_blocks_larger_than_the_window(ray_cluster):
     for flows in seen:
         for flow in flows.values():
             inflight = flow["rows_pushed"] - flow["rows_consumed"]
-            assert inflight <= flow["target_rows"] + max(flow["max_block_rows"], 1) - 1, flow
+            assert inflight <= flow["max_target_rows"] + max(flow["max_block_rows"], 1) - 1, flow
+
+
+def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
+    """A slow and a fast consumer under a small budget: every row once, every window between
+    one batch and what was asked for, and the controller reading the budget it was given.
+    (Where the windows settle depends on the machine's speed: tests/test_push_window.py
+    drives the controller with scripted speeds instead.)"""
+    from raydata_course.units import MiB
+
+    batch_rows, prefetch = 4, 4
+    ds = ray.data.range_tensor(240, shape=(64, 1024), override_num_blocks=60)  # 4 rows = 2 MiB a block
+    ds = ds.map_batches(lambda b: {"id": b["data"][:, 0, 0], "data": b["data"]}, batch_size=None)
+    ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=24 * MiB)
+    splits = push_split(ds, 2, equal=True)
+    (out, _) = _run(splits, batch_size=batch_rows, prefetch_batches=prefetch, delays={0: (0.15,)})
+    ids = [i for per_split in out for i in per_split[0]]
+    assert sorted(ids) == list(range(240))
+    state = splits[0].debug_state()
+    assert state["window"] == "adaptive" and state["window_history"], state["window_events"]
+    history = state["window_history"]
+    assert {h["budget_bytes"] for h in history} - {None} == {24 * MiB}  # None: before its first update
+    assert all(batch_rows <= w <= batch_rows * prefetch for h in history for w in h["windows_rows"])
+    assert state["window_events"], "the controller never moved a window"
+    final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
+    assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
+
+
+def test_a_fixed_window_is_what_the_consumer_asked_for(ray_cluster):
+    splits = push_split(ray.data.range(300, override_num_blocks=10), 2, window="fixed")
+    (out, _) = _run(splits, batch_size=10, prefetch_batches=3, delays={0: (0.01,)})
+    assert sorted(i for per_split in out for i in per_split[0]) == list(range(300))
+    state = splits[0].debug_state()
+    final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
+    assert {f["target_rows"] for f in final.values()} == {30} and not state["window_history"]
+    with pytest.raises(ValueError, match="window must be one of"):
+        push_split(ray.data.range(10), 2, window="elastic")
 
 
 @pytest.mark.slow

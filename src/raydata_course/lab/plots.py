@@ -6,7 +6,7 @@ from pathlib import Path
 
 from raydata_course.units import MiB
 
-__all__ = ["plot_timeline", "plot_breakdown", "plot_memory_split", "plot_pull_vs_push"]
+__all__ = ["plot_timeline", "plot_breakdown", "plot_memory_split", "plot_windows", "plot_pull_vs_push"]
 
 
 def plot_timeline(result: dict, path: str | Path | None = None, ax=None):
@@ -115,19 +115,56 @@ def plot_memory_split(result: dict, ax):
     return ax
 
 
+def plot_windows(result: dict, ax):
+    """The push split's windows over one run: each consumer's window in batches, and the
+    bytes the windows hold (the coordinator's refs), from the window controller's samples.
+
+    Args:
+        result: one push run of ``results.json`` (a ``RunResult`` as a dict).
+        ax: matplotlib axes to draw into.
+
+    Returns:
+        The axes (with a twin axis for the held MiB).
+    """
+    t = result["timeline"]
+    batch_rows = result["config"]["batch_rows"]
+    windows = t.get("windows_rows") or []
+    for i in range(len(windows[0]) if windows else 0):
+        ax.step(t["window_t_s"], [w[i] / batch_rows for w in windows], where="post", label=f"consumer {i} window")
+    ax.set_ylabel("window (batches)")
+    ax.set_xlabel("seconds since the run started")
+    ax.set_title(f"{result['variant']}: the adaptive windows (prefetch_batches="
+                 f"{result['config']['prefetch_batches']} is the ceiling)", fontsize=9)
+    held = ax.twinx()
+    held.plot(t.get("window_t_s", []), [b / MiB for b in t.get("window_held_bytes", [])], color="tab:gray",
+              linewidth=1, label="held by the windows (MiB)")
+    held.set_ylabel("MiB held")
+    lines = ax.get_legend_handles_labels()
+    more = held.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right", fontsize=7)
+    return ax
+
+
 def plot_pull_vs_push(pull: dict, push: dict, path: str | Path | None = None):
     """Pull and push timelines side by side, on one memory scale (see
-    :func:`plot_memory_split`).
+    :func:`plot_memory_split`), and under them the push split's windows
+    (:func:`plot_windows`) when the push run recorded them.
 
     Returns:
         The matplotlib figure.
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4), sharey=True)
-    plot_memory_split(pull, axes[0])
-    plot_memory_split(push, axes[1])
-    axes[1].legend(loc="upper right", fontsize=7)
+    has_windows = bool(push.get("timeline", {}).get("windows_rows"))
+    fig = plt.figure(figsize=(13, 7 if has_windows else 4))
+    grid = fig.add_gridspec(2 if has_windows else 1, 2, height_ratios=[3, 2] if has_windows else [1])
+    left = fig.add_subplot(grid[0, 0])
+    right = fig.add_subplot(grid[0, 1], sharey=left)
+    plot_memory_split(pull, left)
+    plot_memory_split(push, right)
+    right.legend(loc="upper right", fontsize=7)
+    if has_windows:
+        plot_windows(push, fig.add_subplot(grid[1, :]))
     if path is not None:
         fig.tight_layout()
         fig.savefig(path, dpi=110)

@@ -94,6 +94,10 @@ class RunResult:
     midrun_batches_per_s: float = 0.0
     split: str = "pull"
     free_objects_period_ms: Optional[int] = None
+    #: on a GPU: the median host-to-device copy of one batch (CUDA events), seconds, and
+    #: the copies' bytes over their time, GB/s (None on CPU)
+    h2d_s_median: Optional[float] = None
+    h2d_gb_per_s: Optional[float] = None
     peak_breakdown: dict = field(default_factory=dict)
     probe_cost: dict = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)
@@ -164,6 +168,7 @@ class LabSession:
         data_dir = self.data_dir(config)
         settle_store(empty_bytes=8 * MiB, timeout_s=30.0, quiet_s=None)  # earlier runs' blocks are gone
         ray.get(self.recorder.drain.remote())
+        ray.get(self.recorder.drain_windows.remote())
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
             object_store_memory=config.budget_bytes)
@@ -188,6 +193,7 @@ class LabSession:
         wall_s = time.perf_counter() - wall_start
         time.sleep(PROBE_FLUSH_WAIT_S)
         probe_samples, worker_records = ray.get(self.recorder.drain.remote())
+        windows = ray.get(self.recorder.drain_windows.remote())
         records = records or worker_records
         if not records:
             raise RuntimeError(f"{config.name}: no consumer reported its epochs; see the Ray Train logs above.")
@@ -199,7 +205,8 @@ class LabSession:
             in_window = [x for x in samples if start <= x.t_s <= end]
             probes = [p for p in probe_samples if start <= p["t_wall_s"] - t_wall0 <= end]
             result = _measure(config, epoch, in_window, probes, epoch_records, t_wall0,
-                              end - start, spilled0, probe_cost, total_wall_s=wall_s)
+                              end - start, spilled0, probe_cost, total_wall_s=wall_s,
+                              windows=[w for w in windows if start <= w["t"] - t_wall0 <= end])
             result.free_objects_period_ms = self.free_objects_period_ms
             results.append(result)
         return results
@@ -216,7 +223,7 @@ class LabSession:
         if config.split == "push":
             from raydata_course.push_split.train import PushDataConfig
 
-            dataset_config = PushDataConfig()
+            dataset_config = PushDataConfig(window=config.push_window, steer_on_store=config.push_steer_on_store)
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config=loop_config,
@@ -232,7 +239,8 @@ class LabSession:
 
 
 def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
-             t_wall0: float, wall_s: float, spilled0: int, probe_cost: dict, total_wall_s: float) -> RunResult:
+             t_wall0: float, wall_s: float, spilled0: int, probe_cost: dict, total_wall_s: float,
+             windows: list[dict] = ()) -> RunResult:
     model = hidden_batches(config.prefetch_batches)
     peak = max((s.used_bytes for s in samples), default=0)
     limits = [p["limit_bytes"] for p in probe_samples if p["limit_bytes"] > 0]
@@ -246,6 +254,8 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
     batches = sum(int(c.get("batches", 0)) for c in consumers)
     consume_s = max((float(c.get("consume_s", 0.0)) for c in consumers), default=0.0) or wall_s
     steps = [s for c in consumers for s in c.get("step_s", [])]
+    h2d_s = [s for c in consumers for s in c.get("h2d_s", [])]
+    h2d_bytes = sum(b for c in consumers for b in c.get("h2d_bytes", []))
     waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
     first_waits = [c["wait_s"][0] for c in consumers if c.get("wait_s")]
     peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
@@ -255,6 +265,9 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
     nearest = lambda ts, vs: vs[min(range(len(ts)), key=lambda i: abs(ts[i] - peak_t))] if ts else 0  # noqa: E731
     believed_at_peak = nearest([p["t_wall_s"] - t_wall0 for p in probe_samples], believed)
     hidden_at_peak = nearest([x.t_s for x in samples if x.pinned_unreferenced_bytes is not None], hidden)
+    window_t = [w["t"] - t_wall0 for w in windows]
+    coordinator_at_peak = min(((abs(t - peak_c.t_s), w["held_bytes"]) for t, w in zip(window_t, windows)),
+                              default=(0, 0))[1] if peak_c else 0
     peak_breakdown = {
         "t_s": peak_t,
         "believed_bytes": believed_at_peak,
@@ -266,6 +279,10 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         "pinned_unreferenced_bytes": peak_c.pinned_unreferenced_bytes if peak_c else 0,
         "freed_not_deleted_bytes": max(0, peak_c.used_bytes - peak_c.referenced_bytes
                                        - peak_c.pinned_unreferenced_bytes) if peak_c else 0,
+        # the referenced bytes, split between the push split's windows (the coordinator's
+        # held refs, nearest window sample) and the executor's operators
+        "coordinator_bytes": min(coordinator_at_peak, peak_c.referenced_bytes) if peak_c else 0,
+        "executor_bytes": max(0, peak_c.referenced_bytes - coordinator_at_peak) if peak_c else 0,
     }
     timeline = {
         "t_s": [round(s.t_s, 3) for s in samples],
@@ -279,6 +296,9 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         "limit_bytes": [p["limit_bytes"] for p in probe_samples],
         "external_consumer_bytes": [p["external_consumer_bytes"] for p in probe_samples],
         "executor": [p["executor"] for p in probe_samples],
+        "window_t_s": [round(t, 3) for t in window_t],
+        "windows_rows": [w["windows_rows"] for w in windows],
+        "window_held_bytes": [w["held_bytes"] for w in windows],
     }
     return RunResult(
         variant=config.name, repeat=repeat, config=config.as_dict(),
@@ -300,6 +320,8 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
         overall_batches_per_s=overall, midrun_batches_per_s=midrun, split=config.split,
         probe_cost=probe_cost, timeline=timeline,
+        h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
+        h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
     )
 
 

@@ -75,6 +75,10 @@ class LabConfig:
             ``streaming_split``; ``"push"`` is :func:`raydata_course.push_split.push_split`
             through :class:`raydata_course.push_split.train.PushDataConfig`. The training loop
             is the same for both.
+        push_window: the push split's window policy, ``"adaptive"`` (budget-aware) or
+            ``"fixed"`` (``prefetch_batches * batch_size`` rows each).
+        push_steer_on_store: the adaptive windows also shrink when the object store's
+            measured usage is over the budget (see ``push_split``).
     """
 
     name: str
@@ -91,6 +95,8 @@ class LabConfig:
     cpus_per_worker: float = 0.5
     epochs: int = 1
     split: str = "pull"
+    push_window: str = "adaptive"
+    push_steer_on_store: bool = True
 
     def __post_init__(self) -> None:
         if self.split not in ("pull", "push"):
@@ -226,15 +232,33 @@ def train_step(model, optimizer, batch: dict, device) -> float:
 
 
 class _StepTimer:
-    """Times train steps: CUDA events on a GPU (device-side time), perf_counter on CPU."""
+    """Times train steps: CUDA events on a GPU (device-side time), perf_counter on CPU; on
+    a GPU it also makes and times each batch's host-to-device copy (:meth:`to_device`)."""
 
     def __init__(self, device):
         import torch
 
         self.cuda = getattr(device, "type", str(device)) == "cuda"
+        self.device = device
         self.torch = torch
         self.step_s: list[float] = []
         self.wait_s: list[float] = []
+        self.h2d_s: list[float] = []
+        self.h2d_bytes: list[int] = []
+
+    def to_device(self, batch: dict) -> dict:
+        """Copy a batch of CPU tensors to the GPU, timed with CUDA events (seconds and bytes
+        per copy in ``h2d_s``, ``h2d_bytes``); a CPU run returns the batch as it is."""
+        if not self.cuda:
+            return batch
+        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        end.record()
+        end.synchronize()
+        self.h2d_s.append(start.elapsed_time(end) / 1000.0)
+        self.h2d_bytes.append(sum(int(v.numel() * v.element_size()) for v in batch.values()))
+        return out
 
     def run(self, fn):
         if self.cuda:
@@ -259,6 +283,7 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
     batch_t_s = []
     for batch in iterator_batches:
         timer.wait_s.append(time.perf_counter() - t_wait)
+        batch = timer.to_device(batch)
         timer.run(lambda b=batch: train_step(model, optimizer, b, device))
         if config.step_delay_s:
             time.sleep(config.step_delay_s)
@@ -268,7 +293,8 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
         t_wait = time.perf_counter()
         batch_t_s.append(t_wait - t_start)
     return {"epoch": epoch, "rows": rows, "batches": batches, "consume_s": time.perf_counter() - t_start,
-            "step_s": timer.step_s, "wait_s": timer.wait_s, "batch_t_s": batch_t_s, "t_start_wall_s": t_start_wall,
+            "step_s": timer.step_s, "wait_s": timer.wait_s, "h2d_s": timer.h2d_s, "h2d_bytes": timer.h2d_bytes,
+            "batch_t_s": batch_t_s, "t_start_wall_s": t_start_wall,
             "t_end_wall_s": time.time()}
 
 
@@ -277,7 +303,8 @@ def consume_in_driver(ds, config: LabConfig) -> list[dict]:
 
     Returns:
         One record per epoch: ``{"epoch", "rows", "batches", "consume_s", "step_s": [...],
-        "wait_s": [...], "batch_t_s": [...], "t_start_wall_s", "t_end_wall_s"}`` (seconds;
+        "wait_s": [...], "h2d_s": [...], "h2d_bytes": [...], "batch_t_s": [...], "t_start_wall_s",
+        "t_end_wall_s"}`` (seconds; ``h2d_s``/``h2d_bytes``: each batch's host-to-device copy on a GPU;
         ``wait_s[i]`` is how long step ``i`` waited for its batch, ``batch_t_s[i]`` when
         step ``i`` finished, counted from the consumer's start).
     """
@@ -288,8 +315,10 @@ def consume_in_driver(ds, config: LabConfig) -> list[dict]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     records = []
     for epoch in range(config.epochs):
+        # On a GPU the batches come as pinned CPU tensors and the loop copies them to the
+        # device, timed with CUDA events (_StepTimer.to_device).
         batches = ds.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches,
-                                        device=config.device)
+                                        device="cpu", pin_memory=config.device == "cuda")
         records.append(_consume(batches, config, device, model, optimizer, _StepTimer(device), epoch))
     return records
 
@@ -317,7 +346,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
     except ValueError:
         recorder = None
     for epoch in range(config.epochs):
-        batches = shard.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches)
+        batches = shard.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches,
+                                           device="cpu", pin_memory=config.device == "cuda")
         record = _consume(batches, config, device, model, optimizer, _StepTimer(device), epoch)
         record["rank"] = rank
         if recorder is not None:

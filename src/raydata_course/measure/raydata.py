@@ -183,18 +183,28 @@ class RayDataProbe(_ExecutionCallback):
 
 class Recorder:
     """Body of the recorder actor (:func:`start_recorder`): collects
-    :class:`RayDataSample` dicts from probes and per-consumer records from training workers,
+    :class:`RayDataSample` dicts from probes, per-consumer records from training workers and
+    the push split's window samples (``PushSplitCoordinator``'s ``window_history`` records),
     in any process."""
 
     def __init__(self) -> None:
         self._samples: list[dict] = []
         self._consumers: list[dict] = []
+        self._windows: list[dict] = []
 
     def add(self, samples: list[dict]) -> None:
         self._samples.extend(samples)
 
     def add_consumer(self, record: dict) -> None:
         self._consumers.append(record)
+
+    def add_windows(self, records: list[dict]) -> None:
+        self._windows.extend(records)
+
+    def drain_windows(self) -> list[dict]:
+        """Return and forget the push split's window samples."""
+        out, self._windows = self._windows, []
+        return out
 
     def drain(self) -> tuple[list[dict], list[dict]]:
         """Return and forget (probe samples, consumer records)."""

@@ -16,7 +16,9 @@ so the object store holds blocks that Ray Data's budget cannot see.
 
 * a :class:`~.coordinator.PushSplitCoordinator` actor runs **one streaming execution per epoch** behind
   a barrier that every split must reach (waiters sleep on a ``threading.Condition``);
-* each consumer declares a **row window**, ``target_rows = prefetch_batches * batch_size``;
+* each consumer declares a **row window**, at most ``prefetch_batches * batch_size`` rows;
+  by default the coordinator sizes it against Ray Data's budget and the consumer's pace
+  (:mod:`.window`), from one batch up;
   per split the coordinator keeps ``rows_pushed``, ``rows_consumed`` (rows of batches the
   training loop is done with: it asked for the next one), ``bytes_pushed`` and ``bytes_consumed``, and sends one more block while
   ``target_rows - (rows_pushed - rows_consumed) > 0``. A block is never cut, so the rows in
@@ -70,7 +72,7 @@ from __future__ import annotations
 import uuid
 from typing import Optional
 
-from raydata_course.push_split.coordinator import PushSplitCoordinator
+from raydata_course.push_split.coordinator import WINDOW_POLICIES, PushSplitCoordinator
 from raydata_course.push_split.flow import SplitFlow
 from raydata_course.push_split.iterator import CONSUMER_DEATH_TIMEOUT_S, PushSplitIterator
 from raydata_course.push_split.messages import PushSplitError
@@ -83,6 +85,7 @@ __all__ = [
     "SplitFlow",
     "DEFAULT_LIVENESS_INTERVAL_S",
     "CONSUMER_DEATH_TIMEOUT_S",
+    "WINDOW_POLICIES",
 ]
 
 #: seconds between the coordinator's liveness checks of the actors hosting splits.
@@ -90,7 +93,8 @@ DEFAULT_LIVENESS_INTERVAL_S = 1.0
 
 
 def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list] = None,
-               liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S) -> list[PushSplitIterator]:
+               liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S, window: str = "adaptive",
+               steer_on_store: bool = False) -> list[PushSplitIterator]:
     """Split ``ds`` into ``n`` push-fed iterators, a drop-in for ``ds.streaming_split(n, equal=...)``.
 
     Args:
@@ -102,12 +106,21 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
         liveness_interval_s: seconds between the coordinator's liveness checks; a consumer
             that dies makes the others fail within a few intervals (well under
             ``CONSUMER_DEATH_TIMEOUT_S``).
+        window: ``"adaptive"`` (default): each window starts at one batch and is sized
+            against Ray Data's budget and the consumer's pace
+            (:class:`~raydata_course.push_split.window.WindowController`), never above
+            ``prefetch_batches * batch_size`` rows; ``"fixed"``: every window is
+            ``prefetch_batches * batch_size`` rows.
+        steer_on_store: (adaptive) also shrink the windows when the object store's measured
+            usage is over the budget; it sees the bytes the raylet freed but has not deleted
+            yet, which Ray Data's accounting never does.
 
     Returns:
         ``n`` :class:`PushSplitIterator`; split ``i`` is ``result[i]``.
 
     Raises:
-        ValueError: ``n < 1`` or ``locality_hints`` of the wrong length.
+        ValueError: ``n < 1``, ``locality_hints`` of the wrong length, or an unknown
+            ``window``.
     """
     import ray.data
     from ray.data._internal.logical.interfaces import LogicalPlan
@@ -118,6 +131,8 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
         raise ValueError(f"n must be a positive int, got {n!r}.")
     if locality_hints is not None and len(locality_hints) != n:
         raise ValueError(f"locality_hints must name one node per split ({n}), got {len(locality_hints)}.")
+    if window not in WINDOW_POLICIES:
+        raise ValueError(f"window must be one of {WINDOW_POLICIES}, got {window!r}.")
     if liveness_interval_s <= 0 or liveness_interval_s * 4 > CONSUMER_DEATH_TIMEOUT_S:
         raise ValueError(f"liveness_interval_s must be in (0, {CONSUMER_DEATH_TIMEOUT_S / 4}], "
                          f"got {liveness_interval_s}.")
@@ -133,5 +148,5 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
     coord = actor_cls.options(
         max_concurrency=2 * n + 8,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(split_ds, n, key, liveness_interval_s)
+    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store)
     return [PushSplitIterator(coord, i, n, key) for i in range(n)]

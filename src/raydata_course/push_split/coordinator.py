@@ -18,7 +18,16 @@
   to the executor's external-consumer hook ``StreamingExecutor.set_external_consumer_bytes``
   (``ray/data/_internal/execution/streaming_executor.py:480-483``);
 * watches the hosts' liveness, so a consumer that dies fails the epoch for the others
-  instead of hanging them.
+  instead of hanging them;
+* under ``window="adaptive"`` (the default), runs a control thread per epoch that sizes
+  every split's window against the executor's budget and the consumers' pace
+  (:class:`~raydata_course.push_split.window.WindowController`, whose docstring states the
+  rule): about every ``control_interval_s`` it reads Ray Data's budget and believed usage
+  (the resource manager's ``_global_limits`` and ``_global_usage``, read as attributes, as
+  a thread outside the scheduling loop should, ``resource_manager.py:128-130``), each
+  split's held bytes and its consumer's reported waiting, each operator's need, and, with
+  ``steer_on_store``, the object store's measured usage; it applies the windows and gives
+  the executor a limit of the budget minus its measured overshoot.
 
 It copies the dataset's ``DataContext`` into its process, as Ray's ``SplitCoordinator`` does
 (``stream_split_iterator.py:210-211``), so execution options, budgets and execution callbacks
@@ -41,8 +50,9 @@ from raydata_course._util import cause_chain
 from raydata_course.push_split.flow import SplitFlow
 from raydata_course.push_split.inbox import deliver
 from raydata_course.push_split.messages import Arrival, Delivery, Parcel, PushSplitError, RowRange
+from raydata_course.push_split.window import Observation, SplitRequest, SplitState, WindowController
 
-__all__ = ["PushSplitCoordinator", "FETCH_TIMEOUT_S"]
+__all__ = ["PushSplitCoordinator", "FETCH_TIMEOUT_S", "WINDOW_POLICIES"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +61,11 @@ logger = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 10.0
 #: how many (time, bytes) points of the pushed-but-unconsumed history debug_state keeps.
 _HISTORY_LIMIT = 20_000
+#: ``"adaptive"``: budget-aware windows that follow the consumers (:mod:`.window`);
+#: ``"fixed"``: every window is what its consumer asked for, ``prefetch_batches * batch_size``.
+WINDOW_POLICIES = ("adaptive", "fixed")
+#: the executor's limit is changed only by at least this many bytes (1 MiB).
+_LIMIT_STEP_BYTES = 1 << 20
 
 
 def _error_summary(exc: BaseException, max_chars: int = 600) -> str:
@@ -101,6 +116,63 @@ def _ping(_host_self) -> bool:
     return True
 
 
+def _ship_windows(records: list[dict]) -> None:
+    """Send window samples to the recorder actor (``raydata_course.measure.raydata``) if
+    one runs; nothing otherwise."""
+    if not records:
+        return
+    from raydata_course.measure.raydata import RECORDER_NAME, RECORDER_NAMESPACE
+
+    try:
+        ray.get_actor(RECORDER_NAME, namespace=RECORDER_NAMESPACE).add_windows.remote(records)
+    except ValueError:  # no recorder: nobody outside this process listens
+        pass
+
+
+def _budget_and_usage(executor) -> tuple[Optional[int], int, Optional[int]]:
+    """Ray Data's object-store limit (None when unknown or unlimited), its believed usage and
+    its operators' need (one task's pending output per operator, summed; None before Ray Data
+    has an estimate), in bytes. The limit and usage are read from the executor's resource
+    manager as attributes (``resource_manager.py:128-130``; the getters may refresh from
+    another thread), the need from each operator's runtime metrics
+    (``obj_store_mem_max_pending_output_per_task``, ``op_runtime_metrics.py:861-880``)."""
+    import math
+
+    rm = getattr(executor, "_resource_manager", None)
+    if rm is None:
+        return None, 0, None
+    limit = getattr(getattr(rm, "_global_limits", None), "object_store_memory", None)
+    usage = getattr(getattr(rm, "_global_usage", None), "object_store_memory", 0) or 0
+    budget = int(limit) if limit is not None and math.isfinite(limit) and limit > 0 else None
+    need = None
+    for op in list((getattr(executor, "_topology", None) or {}).keys()):
+        try:
+            per_task = op.metrics.obj_store_mem_max_pending_output_per_task
+        except Exception:  # noqa: BLE001 - an operator without metrics needs nothing here
+            per_task = None
+        if per_task:
+            need = (need or 0) + int(per_task)
+    return budget, int(usage) if math.isfinite(usage) else 0, need
+
+
+def _set_executor_limit(executor, limit_bytes: int) -> None:
+    """Give a running executor a new object-store limit: its resource manager's execution
+    options get a copy with ``resource_limits.object_store_memory = limit_bytes``, and the
+    limits refresh at the next ``get_global_limits`` (``resource_manager.py:280-310``, which
+    otherwise refreshes once a second). Private attributes of Ray 2.60; a missing one leaves
+    the limit as it was."""
+    import copy
+
+    rm = getattr(executor, "_resource_manager", None)
+    options = getattr(rm, "_options", None)
+    if options is None:
+        return
+    options = copy.copy(options)
+    options.resource_limits = options.resource_limits.copy(object_store_memory=limit_bytes)
+    rm._options = options
+    rm._global_limits_last_update_time = 0
+
+
 class PushSplitCoordinator:
     """The coordinator actor behind :func:`~raydata_course.push_split.push_split` (created as a Ray actor there).
 
@@ -113,12 +185,33 @@ class PushSplitCoordinator:
         n: number of splits.
         key: the split group's id, which names the receivers in the consumers' processes.
         liveness_interval_s: seconds between liveness checks of the actors hosting splits.
+        window: one of :data:`WINDOW_POLICIES`.
+        steer_on_store: (adaptive only) count the object store's measured usage over the
+            budget as pressure; it is the only signal that sees freed-but-not-yet-deleted
+            bytes (one gRPC call per tick, about a millisecond).
+        control_interval_s: seconds between the window controller's ticks.
+
+    Raises:
+        ValueError: an unknown ``window`` or a ``control_interval_s`` not above 0.
     """
 
-    def __init__(self, split_dataset, n: int, key: str, liveness_interval_s: float):
+    def __init__(self, split_dataset, n: int, key: str, liveness_interval_s: float, window: str = "adaptive",
+                 steer_on_store: bool = False, control_interval_s: float = 0.1):
         import ray.data
 
+        if window not in WINDOW_POLICIES:
+            raise ValueError(f"window must be one of {WINDOW_POLICIES}, got {window!r}.")
+        if not control_interval_s > 0:
+            raise ValueError(f"control_interval_s must be above 0 seconds, got {control_interval_s!r}.")
         self._key = key
+        self._window = window
+        self._steer_on_store = steer_on_store
+        self._control_interval_s = control_interval_s
+        self._controller: Optional[WindowController] = None
+        self._warned: set[str] = set()  # the controllers' warnings, each logged once per split group
+        self._window_history: list[tuple] = []
+        self._store_sampler = None
+        self._margin_bytes = 0.0  # the executor's overshoot, carried from epoch to epoch
 
         self._ctx = split_dataset.context.copy()
         ray.data.DataContext._set_current(self._ctx)
@@ -230,16 +323,90 @@ class PushSplitCoordinator:
         self._epoch = starting + 1
         self._epoch_error = error
         self._executor, self._output_iterator = executor, output_iterator
-        self._flows = {i: SplitFlow(target_rows=int(a.target_rows), host=a.host) for i, a in arrivals.items()}
+        self._flows = {i: SplitFlow(target_rows=int(a.target_rows), host=a.host, batch_rows=int(a.batch_rows))
+                       for i, a in arrivals.items()}
         self._delivery_calls = {}
+        self._controller = None
         try:
             if error is None:
+                self._start_controller_locked()
                 self._set_external_bytes_locked()
                 for i in range(self._n):
                     threading.Thread(target=self._send_loop, args=(self._epoch, i), daemon=True,
                                      name=f"push-split-send-{self._epoch}-{i}").start()
         finally:
             self._cond.notify_all()  # whatever happened, no split may sleep at the barrier
+
+    # ---------------------------------------------------------------- windows
+
+    def _start_controller_locked(self) -> None:
+        """Adaptive windows: every split with a known batch size starts at one batch, and a
+        control thread adjusts the windows for this epoch."""
+        flows = [self._flows[i] for i in range(self._n)]
+        if self._window != "adaptive" or any(f.batch_rows < 1 for f in flows):
+            return
+        self._controller = WindowController(
+            [SplitRequest(batch_rows=min(f.batch_rows, f.target_rows), requested_rows=f.target_rows) for f in flows],
+            steer_on_store=self._steer_on_store, warned=self._warned)
+        self._controller.margin_bytes = self._margin_bytes  # the overshoot learned in earlier epochs
+        for flow, rows in zip(flows, self._controller.windows_rows):
+            flow.set_target_rows(rows)
+        threading.Thread(target=self._control_loop, args=(self._epoch, self._controller), daemon=True,
+                         name=f"push-split-control-{self._epoch}").start()
+
+    def _control_loop(self, epoch: int, controller: WindowController) -> None:
+        """One epoch's control thread: observe, tick, apply, until the epoch ends; then the
+        epoch's window samples go to the course's recorder actor, when one runs (the lab)."""
+        start = len(self._window_history)
+        try:
+            self._control(epoch, controller)
+        finally:
+            self._margin_bytes = controller.margin_bytes
+            _ship_windows(self._window_records(start))
+
+    def _control(self, epoch: int, controller: WindowController) -> None:
+        budget_bytes = None  # the user's budget: the executor's limit before the controller lowers it
+        while not self._stop.wait(self._control_interval_s):
+            with self._cond:
+                if self._epoch != epoch or self._epoch_error is not None or \
+                        all(f.finished for f in self._flows.values()):
+                    return
+                executor = self._executor
+                flows = [self._flows[i] for i in range(self._n)]
+                states = [SplitState(bytes_per_row=f.bytes_per_row(), held_bytes=f.held_bytes(),
+                                     waited_s=f.take_waited_s(),
+                                     ready_rows=max(0, f.rows_pushed - f.rows_consumed - f.batch_rows))
+                          for f in flows]
+            limit_bytes, usage_bytes, need_bytes = _budget_and_usage(executor)
+            if budget_bytes is None:
+                budget_bytes = limit_bytes
+            store_bytes = self._store_used_bytes() if self._steer_on_store else None
+            windows = controller.tick(Observation(budget_bytes, usage_bytes, states, store_bytes,
+                                                  operators_need_bytes=need_bytes, executor_limit_bytes=limit_bytes))
+            if controller.executor_limit_bytes is not None and limit_bytes is not None and \
+                    abs(controller.executor_limit_bytes - limit_bytes) >= _LIMIT_STEP_BYTES:
+                _set_executor_limit(executor, controller.executor_limit_bytes)
+            with self._cond:
+                if self._epoch != epoch:
+                    return
+                for flow, rows in zip(flows, windows):
+                    flow.set_target_rows(rows)
+                if len(self._window_history) < _HISTORY_LIMIT:
+                    self._window_history.append((time.time(), epoch, windows, budget_bytes, usage_bytes,
+                                                 sum(s.held_bytes for s in states), store_bytes, limit_bytes,
+                                                 need_bytes))
+                self._cond.notify_all()
+
+    def _store_used_bytes(self) -> Optional[int]:
+        """The object store's measured usage, summed over nodes (None if a reading fails)."""
+        from raydata_course.measure.store import PlasmaSampler
+
+        try:
+            if self._store_sampler is None:
+                self._store_sampler = PlasmaSampler(classify_every=0)
+            return self._store_sampler.sample(False).used_bytes
+        except Exception:  # noqa: BLE001 - a busy raylet: steer on Ray Data's usage this tick
+            return None
 
     def _teardown(self, executor) -> None:
         """Shut the previous epoch's executor down (idempotent), re-raising any failure
@@ -347,7 +514,7 @@ class PushSplitCoordinator:
 
     # ---------------------------------------------------------------- consumer reports
 
-    def consumed(self, epoch: int, split_idx: int, ranges: list[RowRange]) -> None:
+    def consumed(self, epoch: int, split_idx: int, ranges: list[RowRange], waited_s: float = 0.0) -> None:
         """The training loop of ``split_idx`` is done with these rows (ranges of delivered
         blocks), reported when the loop asks for the batch after theirs.
 
@@ -355,8 +522,9 @@ class PushSplitCoordinator:
         everything pushed and not yet done with, the batch in use included. The block's ref is
         kept until :meth:`released` says no batch views its rows any more. Reports for
         another epoch, for a finished split, for an unknown block, or for a range already
-        reported (duplicates) are ignored."""
-        self._report(epoch, split_idx, ranges, released=False)
+        reported (duplicates) are ignored. ``waited_s`` is how long the consumer waited for
+        data since its previous report (seconds), the adaptive window's starvation signal."""
+        self._report(epoch, split_idx, ranges, released=False, waited_s=waited_s)
 
     def released(self, epoch: int, split_idx: int, ranges: list[RowRange]) -> None:
         """No batch views these rows any more (every array of their batches was garbage
@@ -364,7 +532,8 @@ class PushSplitCoordinator:
         Data's ``BlockRefCounter`` uncharges it. Same filtering as :meth:`consumed`."""
         self._report(epoch, split_idx, ranges, released=True)
 
-    def _report(self, epoch: int, split_idx: int, ranges: list[RowRange], released: bool) -> None:
+    def _report(self, epoch: int, split_idx: int, ranges: list[RowRange], released: bool,
+                waited_s: float = 0.0) -> None:
         self._check_split(split_idx)
         with self._cond:
             flow = self._flows.get(split_idx)
@@ -375,6 +544,7 @@ class PushSplitCoordinator:
                 flow.ignored_reports += 1
                 return
             flow.apply(ranges, released=released)
+            flow.waited_s += max(0.0, float(waited_s))
             self._set_external_bytes_locked()
             self._cond.notify_all()
 
@@ -535,10 +705,26 @@ class PushSplitCoordinator:
                 "late_reports": self._late_reports,
                 "finished_epochs": list(self._epochs),
                 "unconsumed_history": list(self._history),
+                "window": self._window,
+                "window_history": self._window_records(0),
+                "window_events": [] if self._controller is None else
+                [{"tick": ev.tick, "split": ev.split, "rows": ev.rows, "why": ev.why} for ev in self._controller.events],
+                "window_warnings": sorted(self._warned),
             }
 
     def ping(self) -> bool:
         return True
+
+    def _window_records(self, start: int) -> list[dict]:
+        """The window samples from index ``start`` on, as dicts: ``t`` (``time.time()``),
+        ``epoch``, ``windows_rows``, ``budget_bytes`` (the user's), ``usage_bytes`` (Ray Data's
+        belief), ``held_bytes`` (the windows' held refs), ``store_bytes`` (measured, or None),
+        ``executor_limit_bytes`` (the limit the executor had) and ``operators_need_bytes``."""
+        with self._cond:
+            rows = self._window_history[start:]
+        return [{"t": t, "epoch": e, "windows_rows": w, "budget_bytes": b, "usage_bytes": u, "held_bytes": h,
+                 "store_bytes": st, "executor_limit_bytes": lim, "operators_need_bytes": need, "key": self._key}
+                for t, e, w, b, u, h, st, lim, need in rows]
 
     def _check_split(self, split_idx: int) -> None:
         if not isinstance(split_idx, int) or not 0 <= split_idx < self._n:

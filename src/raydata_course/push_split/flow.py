@@ -55,6 +55,11 @@ class SplitFlow:
         max_block_rows: largest block pushed, in rows.
         ignored_reports: reports dropped (unknown block, repeat, or after ``finished``).
         blocks_released: blocks whose ref was dropped because every row was released.
+        batch_rows: the consumer's batch size, the window's floor under an adaptive window
+            (:mod:`~raydata_course.push_split.window`); 0 when unknown.
+        waited_s: seconds the consumer reported waiting for data since the controller last
+            read it (:meth:`take_waited_s`).
+        max_target_rows: the largest window this epoch (:meth:`set_target_rows`).
     """
 
     target_rows: int
@@ -73,6 +78,17 @@ class SplitFlow:
     max_block_rows: int = 0
     ignored_reports: int = 0
     blocks_released: int = 0
+    batch_rows: int = 0
+    waited_s: float = 0.0
+    max_target_rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.max_target_rows = max(self.max_target_rows, self.target_rows)
+
+    def set_target_rows(self, rows: int) -> None:
+        """Resize the window (the adaptive controller); rows already in flight stay."""
+        self.target_rows = rows
+        self.max_target_rows = max(self.max_target_rows, rows)
 
     def rows_to_send(self) -> int:
         """Credit left in the window: the coordinator may send while this is > 0."""
@@ -132,6 +148,19 @@ class SplitFlow:
         self.ignored_reports += ignored
         return ignored
 
+    def held_bytes(self) -> int:
+        """Bytes of pushed blocks whose ref is still held (charged to Ray Data's budget)."""
+        return sum(block.size_bytes for block in self.inflight.values() if block.ref is not None)
+
+    def bytes_per_row(self) -> float | None:
+        """Mean bytes per row of the blocks pushed so far; None before the first."""
+        return self.bytes_pushed / self.rows_pushed if self.rows_pushed else None
+
+    def take_waited_s(self) -> float:
+        """The consumer's waiting time since the last call, then reset it (seconds)."""
+        waited, self.waited_s = self.waited_s, 0.0
+        return waited
+
     def unconsumed_bytes(self) -> int:
         """Bytes pushed and not yet consumed (0 once the consumer finished)."""
         return 0 if self.finished else self.bytes_pushed - self.bytes_consumed
@@ -139,7 +168,8 @@ class SplitFlow:
     def snapshot(self) -> dict:
         """The flow's counters, for ``debug_state``."""
         return {
-            "target_rows": self.target_rows, "rows_pushed": self.rows_pushed,
+            "target_rows": self.target_rows, "max_target_rows": self.max_target_rows,
+            "batch_rows": self.batch_rows, "rows_pushed": self.rows_pushed,
             "rows_consumed": self.rows_consumed, "bytes_pushed": self.bytes_pushed,
             "bytes_consumed": self.bytes_consumed, "blocks_pushed": self.blocks_pushed,
             "unconsumed_blocks": len(self.inflight), "blocks_released": self.blocks_released,

@@ -156,15 +156,16 @@ class Fetcher:
 
 
 class ConsumptionReporter:
-    """Collects row ranges the training loop is done with (it asked for the next batch) and
-    row ranges no batch views any more (from weakref finalizers, on any thread), and reports
-    both to the coordinator from one thread."""
+    """Collects row ranges the training loop is done with (it asked for the next batch), row
+    ranges no batch views any more (from weakref finalizers, on any thread) and the seconds
+    the loop waited for data, and reports them to the coordinator from one thread."""
 
     def __init__(self, coord, epoch: int, split_idx: int):
         self._coord, self._epoch, self._split = coord, epoch, split_idx
         self._cond = threading.Condition(threading.RLock())
         self._released: list[RowRange] = []
         self._taken: list[RowRange] = []
+        self._waited_s = 0.0
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"push-split-report-{split_idx}")
         self._thread.start()
@@ -173,6 +174,12 @@ class ConsumptionReporter:
         """Queue row ranges the training loop is done with."""
         with self._cond:
             self._taken.extend(ranges)
+            self._cond.notify()
+
+    def waited(self, seconds: float) -> None:
+        """Queue seconds the loop waited with nothing to read (sent with the next report)."""
+        with self._cond:
+            self._waited_s += seconds
             self._cond.notify()
 
     def add(self, ranges) -> None:
@@ -184,14 +191,15 @@ class ConsumptionReporter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._released or self._taken or self._closed)
+                self._cond.wait_for(lambda: self._released or self._taken or self._waited_s or self._closed)
                 released, self._released = self._released, []
                 taken, self._taken = self._taken, []
+                waited_s, self._waited_s = self._waited_s, 0.0
                 closed = self._closed
-            if released or taken:
+            if released or taken or waited_s:
                 try:
-                    if taken:
-                        self._coord.consumed.remote(self._epoch, self._split, taken)
+                    if taken or waited_s:
+                        self._coord.consumed.remote(self._epoch, self._split, taken, waited_s)
                     if released:
                         self._coord.released.remote(self._epoch, self._split, released)
                 except Exception:  # noqa: BLE001 - the coordinator is gone; nothing to report to

@@ -11,6 +11,7 @@ done with and the rows no batch views any more.
 from __future__ import annotations
 
 import collections
+import time
 from typing import Callable, Iterator, Optional
 
 import ray
@@ -135,7 +136,8 @@ class PushSplitIterator:
         ctx = ray.get_runtime_context()
         host = ctx.current_actor if ctx.get_actor_id() is not None else None
         split_receiver = receiver(self._key, self._split_idx)
-        epoch = ray.get(self._coord.start_epoch.remote(self._split_idx, Arrival(prefetch_batches * batch_size, host)))
+        epoch = ray.get(self._coord.start_epoch.remote(
+            self._split_idx, Arrival(prefetch_batches * batch_size, host, batch_rows=batch_size)))
         inbox = split_receiver.inbox(epoch)
         reporter = ConsumptionReporter(self._coord, epoch, self._split_idx)
         fetcher = None if host is not None else Fetcher(self._coord, epoch, self._split_idx, inbox)
@@ -150,7 +152,7 @@ class PushSplitIterator:
                         reporter.add(ranges)
                     untracked = []
                 while not ended and pending_rows < batch_size:
-                    item = self._next_delivery(inbox, epoch)
+                    item = self._next_delivery(inbox, epoch, reporter)
                     if item is None:
                         ended = True
                         break
@@ -219,12 +221,17 @@ class PushSplitIterator:
                 pass
             split_receiver.close_epoch(epoch)
 
-    def _next_delivery(self, inbox: Inbox, epoch: int):
+    def _next_delivery(self, inbox: Inbox, epoch: int, reporter: Optional[ConsumptionReporter] = None):
         """The next block in sequence order, as ``(seq, block, slice bounds)``; None at
-        the end of the epoch. Sleeps on the inbox's condition; after a long silence it
-        asks the coordinator whether the epoch failed."""
+        the end of the epoch. Sleeps on the inbox's condition, and reports the seconds it
+        slept (the adaptive window's starvation signal); after a long silence it asks the
+        coordinator whether the epoch failed."""
         with inbox.cond:
+            start = None
             while True:
+                if start is not None and (inbox.ready or inbox.error is not None) and reporter is not None:
+                    reporter.waited(time.monotonic() - start)
+                    start = None
                 if inbox.error is not None:
                     raise PushSplitError(inbox.error)
                 if inbox.ready:
@@ -232,6 +239,8 @@ class PushSplitIterator:
                     if delivery.kind == "end":
                         return None
                     return delivery.seq, block, delivery.bounds
+                if start is None:
+                    start = time.monotonic()
                 if not inbox.cond.wait(timeout=_CONSUMER_STALL_CHECK_S):
                     inbox.cond.release()
                     try:

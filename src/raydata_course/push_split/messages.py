@@ -40,10 +40,13 @@ class Arrival:
         target_rows: the consumer's window, ``prefetch_batches * batch_size`` rows (>= 1).
         host: handle of the actor that hosts the split (blocks are pushed to it), or None
             when the consumer fetches its deliveries (it is not an actor).
+        batch_rows: the consumer's ``batch_size``: an adaptive window never drops below it
+            (0: unknown, the window is fixed at ``target_rows``).
     """
 
     target_rows: int
     host: Any = None
+    batch_rows: int = 0
 
 
 @dataclass(frozen=True)

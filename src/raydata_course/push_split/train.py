@@ -41,14 +41,17 @@ class PushDataConfig(DataConfig):
         execution_options: as in ``DataConfig``.
         enable_shard_locality: as in ``DataConfig``: pass the workers' node ids as
             locality hints.
-        liveness_interval_s: see :func:`push_split`.
+        liveness_interval_s, window, steer_on_store: see :func:`push_split`.
     """
 
     def __init__(self, datasets_to_split="all", execution_options=None, enable_shard_locality: bool = True,
-                 liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S):
+                 liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S, window: str = "adaptive",
+                 steer_on_store: bool = False):
         super().__init__(datasets_to_split=datasets_to_split, execution_options=execution_options,
                          enable_shard_locality=enable_shard_locality)
         self._liveness_interval_s = liveness_interval_s
+        self._window = window
+        self._steer_on_store = steer_on_store
 
     def configure(self, datasets: Dict[str, object], world_size: int, worker_handles: Optional[list],
                   worker_node_ids: Optional[list], **kwargs) -> List[Dict[str, object]]:
@@ -65,7 +68,8 @@ class PushDataConfig(DataConfig):
             ds.context.execution_options = self._resolve_execution_options(name)
             if name in to_split:
                 for rank, split in enumerate(push_split(ds, world_size, equal=True, locality_hints=hints,
-                                                        liveness_interval_s=self._liveness_interval_s)):
+                                                        liveness_interval_s=self._liveness_interval_s,
+                                                        window=self._window, steer_on_store=self._steer_on_store)):
                     output[rank][name] = split
             else:
                 for rank in range(world_size):

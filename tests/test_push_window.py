@@ -1,0 +1,203 @@
+"""The push split's window controller, driven by scripted consumers (no Ray).
+
+A small discrete-time model stands in for the executor and the consumers: every tick
+(0.1 s) the producer makes up to ``produce_blocks_per_s * 0.1`` blocks, pushes them into
+windows with credit, and each consumer works through its batches at its own pace, waiting
+when it has nothing to read. The controller sees what the coordinator would: the budget,
+Ray Data's believed usage (the operators' bytes plus the windows' held bytes), each split's
+held bytes, its waiting and the rows that sit ready beyond the batch in use.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from raydata_course.push_split.window import Observation, SplitRequest, SplitState, WindowController
+from raydata_course.units import MiB
+
+TICK_S = 0.1
+BLOCK_BYTES = 32 * MiB
+ROWS_PER_BLOCK = 100
+
+
+class ScriptedSplit:
+    """One consumer: ``step_s`` seconds per batch of one block; rows in flight, waiting."""
+
+    def __init__(self, step_s: float):
+        self.step_s = step_s
+        self.inflight_rows = 0  # pushed and not yet done with (the batch in use included)
+        self.pushed_rows = 0
+        self.progress_s = 0.0  # work done on the batch in use
+        self.batches = 0
+
+    def run(self, dt: float) -> float:
+        """Consume for ``dt`` seconds; return the seconds spent waiting for data."""
+        waited = 0.0
+        left = dt
+        while left > 1e-9:
+            if self.inflight_rows < ROWS_PER_BLOCK:
+                return waited + left  # nothing to read until the next push
+            need = self.step_s - self.progress_s
+            if need <= left:
+                left -= need
+                self.progress_s = 0.0
+                self.inflight_rows -= ROWS_PER_BLOCK
+                self.batches += 1
+                if self.step_s == 0:  # an infinitely fast consumer takes all it has at once
+                    continue
+            else:
+                self.progress_s += left
+                left = 0
+        return waited
+
+
+def simulate(step_s: list[float], *, produce_blocks_per_s: float, budget_bytes: int, operator_bytes: int,
+             requested_blocks: int = 4, ticks: int = 300, **controller_kw):
+    """Run the model; returns the controller, the windows per tick (blocks) and the held bytes per tick."""
+    splits = [ScriptedSplit(s) for s in step_s]
+    requests = [SplitRequest(batch_rows=ROWS_PER_BLOCK, requested_rows=requested_blocks * ROWS_PER_BLOCK)] * len(splits)
+    controller = WindowController(requests, **controller_kw)
+    windows = list(controller.windows_rows)
+    credit = 0.0
+    history, held_history = [], []
+    for _ in range(ticks):
+        credit += produce_blocks_per_s * TICK_S
+        pushed = True
+        while credit >= 1 and pushed:  # one block at a time, to the open split given the fewest rows so
+            pushed = False             # far (Ray's OutputSplitter routes by rows, output_splitter.py:286-289)
+            open_ = [i for i, s in enumerate(splits) if windows[i] - s.inflight_rows > 0]
+            if open_:
+                i = min(open_, key=lambda j: splits[j].pushed_rows)
+                splits[i].inflight_rows += ROWS_PER_BLOCK
+                splits[i].pushed_rows += ROWS_PER_BLOCK
+                credit -= 1
+                pushed = True
+        credit = min(credit, 1.0)  # a producer blocked by full windows does not bank work
+        waited = [s.run(TICK_S) for s in splits]
+        held = [s.inflight_rows * BLOCK_BYTES // ROWS_PER_BLOCK for s in splits]
+        states = [SplitState(bytes_per_row=BLOCK_BYTES / ROWS_PER_BLOCK, held_bytes=h, waited_s=w,
+                             ready_rows=max(0, splits[i].inflight_rows - ROWS_PER_BLOCK))
+                  for i, (h, w) in enumerate(zip(held, waited))]
+        windows = controller.tick(Observation(budget_bytes, operator_bytes + sum(held), states))
+        history.append([w // ROWS_PER_BLOCK for w in windows])
+        held_history.append(sum(held))
+    return controller, history, held_history, splits
+
+
+@pytest.mark.parametrize("steps, produce", [([0.25, 0.0], 8), ([0.05, 0.3], 12)], ids=["slow+instant", "fast+slow"])
+def test_a_slow_consumer_settles_near_one_batch_and_a_fast_one_grows(steps, produce):
+    controller, history, _, splits = simulate(steps, produce_blocks_per_s=produce, budget_bytes=256 * MiB,
+                                              operator_bytes=64 * MiB)
+    slow, fast = (0, 1) if steps[0] > steps[1] else (1, 0)
+    late = history[-100:]
+    assert {w[slow] for w in late} <= {1, 2}, f"the slow consumer's window did not settle: {late}"
+    assert max(w[fast] for w in late) >= 3, f"the starved consumer's window never grew: {late}"
+    # the bound: the windows never hold more than the budget minus the operators' bytes
+    assert all((a + b) * BLOCK_BYTES <= 256 * MiB - 64 * MiB for a, b in history)
+    ideal = 300 * TICK_S / steps[slow]
+    assert splits[slow].batches >= 0.95 * ideal - 2, "the slow consumer was starved by its small window"
+    if steps[fast] > 0:  # a consumer with a whole batch ready and no wait gave bytes back
+        assert any(e.why == "slow" and e.split == slow for e in controller.events), controller.events
+
+
+def test_windows_settle_under_constant_speeds():
+    """After a transient, each window stays within a band of one batch for the last 10 s."""
+    for steps in ([0.25, 0.25], [0.05, 0.3], [0.1]):
+        _, history, _, _ = simulate(steps, produce_blocks_per_s=12, budget_bytes=256 * MiB, operator_bytes=32 * MiB)
+        for split in range(len(steps)):
+            band = [w[split] for w in history[-100:]]
+            assert max(band) - min(band) <= 1, f"speeds {steps}: split {split} kept moving: {sorted(set(band))}"
+
+
+def test_pressure_halves_every_window_and_the_floor_holds():
+    c = WindowController([SplitRequest(10, 80)] * 2)
+    c.windows_rows = [80, 30]
+    state = SplitState(bytes_per_row=1.0, held_bytes=50, waited_s=0.5, ready_rows=0)
+    assert c.tick(Observation(budget_bytes=100, usage_bytes=101, splits=[state, state])) == [40, 15]
+    assert c.tick(Observation(budget_bytes=100, usage_bytes=101, splits=[state, state])) == [20, 10]
+    assert c.tick(Observation(budget_bytes=100, usage_bytes=150, splits=[state, state])) == [10, 10]
+
+
+def test_the_measured_store_is_pressure_only_when_asked():
+    state = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
+    for steer, expected in ((False, [40]), (True, [20])):
+        c = WindowController([SplitRequest(10, 80)], steer_on_store=steer)
+        c.windows_rows = [40]
+        assert c.tick(Observation(budget_bytes=100, usage_bytes=50, splits=[state], store_bytes=130)) == expected
+
+
+def test_the_operators_need_is_remembered_then_forgotten():
+    c = WindowController([SplitRequest(10, 40)], reserve_decay=0.5)
+    idle = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
+    c.tick(Observation(budget_bytes=100, usage_bytes=64, splits=[idle]))
+    assert c.reserve_bytes == 64
+    c.tick(Observation(budget_bytes=100, usage_bytes=0, splits=[idle]))
+    assert c.reserve_bytes == 32
+
+
+def test_a_window_grows_only_while_the_bound_has_room():
+    starved = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.5, ready_rows=0)
+    c = WindowController([SplitRequest(10, 100)])
+    for _ in range(20):
+        c.tick(Observation(budget_bytes=100, usage_bytes=45, splits=[starved]))
+    assert c.windows_rows == [50]  # 100 - 45 of operators' bytes leaves room for 5 batches of 10
+
+
+def test_what_does_not_fit_is_said_once_with_the_numbers(caplog):
+    warned: set[str] = set()
+    starved = SplitState(bytes_per_row=float(MiB), held_bytes=0, waited_s=0.5, ready_rows=0)
+    with caplog.at_level(logging.WARNING, logger="raydata_course.push_split.window"):
+        for _ in range(2):  # two epochs, two controllers, one shared set of warned kinds
+            c = WindowController([SplitRequest(32, 128)] * 2, warned=warned)
+            for _ in range(5):
+                c.tick(Observation(budget_bytes=256 * MiB, usage_bytes=96 * MiB, splits=[starved, starved]))
+    asked = [r.getMessage() for r in caplog.records if "asks for" in r.getMessage()]
+    assert len(asked) == 1 and "256 MiB in flight" in asked[0] and "160 MiB" in asked[0], asked
+    with caplog.at_level(logging.WARNING, logger="raydata_course.push_split.window"):
+        c = WindowController([SplitRequest(32, 128)] * 2)
+        c.tick(Observation(budget_bytes=64 * MiB, usage_bytes=40 * MiB, splits=[starved, starved]))
+    assert c.windows_rows == [32, 32], "the floor of one batch gave way"
+    assert any("does not fit" in r.getMessage() and "64 MiB" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("bad", [SplitRequest(0, 10), SplitRequest(10, 5)])
+def test_a_bad_request_is_refused(bad):
+    with pytest.raises(ValueError, match="batch_rows"):
+        WindowController([bad])
+    with pytest.raises(ValueError, match="at least one"):
+        WindowController([])
+
+
+def test_the_executor_is_given_the_budget_minus_its_overshoot():
+    """Ray Data going over the limit it had is remembered as a margin: the executor's next
+    limit is the budget minus that margin, never below half the budget, and the windows'
+    bound leaves room for the operators' need and the margin."""
+    idle = SplitState(bytes_per_row=1.0, held_bytes=100, waited_s=0.0, ready_rows=0)
+    c = WindowController([SplitRequest(10, 400)], margin_decay=0.5)
+    c.tick(Observation(budget_bytes=1000, usage_bytes=1080, splits=[idle], operators_need_bytes=200))
+    assert (c.margin_bytes, c.executor_limit_bytes, c.reserve_bytes) == (80, 920, 200)
+    # measured against the limit the executor had, not the budget: no ratchet
+    c.tick(Observation(budget_bytes=1000, usage_bytes=950, splits=[idle], operators_need_bytes=200,
+                       executor_limit_bytes=920))
+    assert (c.margin_bytes, c.executor_limit_bytes) == (40, 960)
+    c.tick(Observation(budget_bytes=1000, usage_bytes=1900, splits=[idle], operators_need_bytes=200,
+                       executor_limit_bytes=960))
+    assert c.executor_limit_bytes == 500  # half the budget at least
+
+
+def test_windows_fit_the_budget_minus_the_operators_need_and_the_margin():
+    starved = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.5, ready_rows=0)
+    c = WindowController([SplitRequest(10, 1000)])
+    for _ in range(100):
+        c.tick(Observation(budget_bytes=1000, usage_bytes=1050, splits=[starved], operators_need_bytes=300,
+                           executor_limit_bytes=1000))
+    # pressure every tick keeps it at the floor
+    assert c.windows_rows == [10]
+    c = WindowController([SplitRequest(10, 1000)], margin_decay=1.0)
+    c.tick(Observation(budget_bytes=1000, usage_bytes=1050, splits=[starved], operators_need_bytes=300))
+    for _ in range(100):
+        c.tick(Observation(budget_bytes=1000, usage_bytes=900, splits=[starved], operators_need_bytes=300,
+                           executor_limit_bytes=950))
+    assert c.windows_rows == [650]  # 1000 - 300 (need) - 50 (margin)
