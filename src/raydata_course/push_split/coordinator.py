@@ -26,8 +26,7 @@
   (the resource manager's ``_global_limits`` and ``_global_usage``, read as attributes, as
   a thread outside the scheduling loop should, ``resource_manager.py:128-130``), each
   split's held bytes and its consumer's reported waiting, each operator's need, and, with
-  ``steer_on_store``, the object store's measured usage; it applies the windows and gives
-  the executor a limit of the budget minus its measured overshoot.
+  ``steer_on_store``, the object store's measured usage, and applies the windows.
 
 It copies the dataset's ``DataContext`` into its process, as Ray's ``SplitCoordinator`` does
 (``stream_split_iterator.py:210-211``), so execution options, budgets and execution callbacks
@@ -64,8 +63,6 @@ _HISTORY_LIMIT = 20_000
 #: ``"adaptive"``: budget-aware windows that follow the consumers (:mod:`.window`);
 #: ``"fixed"``: every window is what its consumer asked for, ``prefetch_batches * batch_size``.
 WINDOW_POLICIES = ("adaptive", "fixed")
-#: the executor's limit is changed only by at least this many bytes (1 MiB).
-_LIMIT_STEP_BYTES = 1 << 20
 
 
 def _error_summary(exc: BaseException, max_chars: int = 600) -> str:
@@ -155,24 +152,6 @@ def _budget_and_usage(executor) -> tuple[Optional[int], int, Optional[int]]:
     return budget, int(usage) if math.isfinite(usage) else 0, need
 
 
-def _set_executor_limit(executor, limit_bytes: int) -> None:
-    """Give a running executor a new object-store limit: its resource manager's execution
-    options get a copy with ``resource_limits.object_store_memory = limit_bytes``, and the
-    limits refresh at the next ``get_global_limits`` (``resource_manager.py:280-310``, which
-    otherwise refreshes once a second). Private attributes of Ray 2.60; a missing one leaves
-    the limit as it was."""
-    import copy
-
-    rm = getattr(executor, "_resource_manager", None)
-    options = getattr(rm, "_options", None)
-    if options is None:
-        return
-    options = copy.copy(options)
-    options.resource_limits = options.resource_limits.copy(object_store_memory=limit_bytes)
-    rm._options = options
-    rm._global_limits_last_update_time = 0
-
-
 class PushSplitCoordinator:
     """The coordinator actor behind :func:`~raydata_course.push_split.push_split` (created as a Ray actor there).
 
@@ -211,7 +190,6 @@ class PushSplitCoordinator:
         self._warned: set[str] = set()  # the controllers' warnings, each logged once per split group
         self._window_history: list[tuple] = []
         self._store_sampler = None
-        self._margin_bytes = 0.0  # the executor's overshoot, carried from epoch to epoch
 
         self._ctx = split_dataset.context.copy()
         ray.data.DataContext._set_current(self._ctx)
@@ -348,7 +326,6 @@ class PushSplitCoordinator:
         self._controller = WindowController(
             [SplitRequest(batch_rows=min(f.batch_rows, f.target_rows), requested_rows=f.target_rows) for f in flows],
             steer_on_store=self._steer_on_store, warned=self._warned)
-        self._controller.margin_bytes = self._margin_bytes  # the overshoot learned in earlier epochs
         for flow, rows in zip(flows, self._controller.windows_rows):
             flow.set_target_rows(rows)
         threading.Thread(target=self._control_loop, args=(self._epoch, self._controller), daemon=True,
@@ -361,11 +338,9 @@ class PushSplitCoordinator:
         try:
             self._control(epoch, controller)
         finally:
-            self._margin_bytes = controller.margin_bytes
             _ship_windows(self._window_records(start))
 
     def _control(self, epoch: int, controller: WindowController) -> None:
-        budget_bytes = None  # the user's budget: the executor's limit before the controller lowers it
         while not self._stop.wait(self._control_interval_s):
             with self._cond:
                 if self._epoch != epoch or self._epoch_error is not None or \
@@ -377,15 +352,10 @@ class PushSplitCoordinator:
                                      waited_s=f.take_waited_s(),
                                      ready_rows=max(0, f.rows_pushed - f.rows_consumed - f.batch_rows))
                           for f in flows]
-            limit_bytes, usage_bytes, need_bytes = _budget_and_usage(executor)
-            if budget_bytes is None:
-                budget_bytes = limit_bytes
+            budget_bytes, usage_bytes, need_bytes = _budget_and_usage(executor)
             store_bytes = self._store_used_bytes() if self._steer_on_store else None
             windows = controller.tick(Observation(budget_bytes, usage_bytes, states, store_bytes,
-                                                  operators_need_bytes=need_bytes, executor_limit_bytes=limit_bytes))
-            if controller.executor_limit_bytes is not None and limit_bytes is not None and \
-                    abs(controller.executor_limit_bytes - limit_bytes) >= _LIMIT_STEP_BYTES:
-                _set_executor_limit(executor, controller.executor_limit_bytes)
+                                                  operators_need_bytes=need_bytes))
             with self._cond:
                 if self._epoch != epoch:
                     return
@@ -393,8 +363,8 @@ class PushSplitCoordinator:
                     flow.set_target_rows(rows)
                 if len(self._window_history) < _HISTORY_LIMIT:
                     self._window_history.append((time.time(), epoch, windows, budget_bytes, usage_bytes,
-                                                 sum(s.held_bytes for s in states), store_bytes, limit_bytes,
-                                                 need_bytes))
+                                                 sum(s.held_bytes for s in states), store_bytes, need_bytes,
+                                                 int(controller.reserve_bytes)))
                 self._cond.notify_all()
 
     def _store_used_bytes(self) -> Optional[int]:
@@ -717,14 +687,15 @@ class PushSplitCoordinator:
 
     def _window_records(self, start: int) -> list[dict]:
         """The window samples from index ``start`` on, as dicts: ``t`` (``time.time()``),
-        ``epoch``, ``windows_rows``, ``budget_bytes`` (the user's), ``usage_bytes`` (Ray Data's
-        belief), ``held_bytes`` (the windows' held refs), ``store_bytes`` (measured, or None),
-        ``executor_limit_bytes`` (the limit the executor had) and ``operators_need_bytes``."""
+        ``epoch``, ``windows_rows``, ``budget_bytes``, ``usage_bytes`` (Ray Data's belief),
+        ``held_bytes`` (the windows' held refs), ``store_bytes`` (measured, or None),
+        ``operators_need_bytes`` (Ray Data's estimate) and ``reserve_bytes`` (the controller's
+        remembered need)."""
         with self._cond:
             rows = self._window_history[start:]
         return [{"t": t, "epoch": e, "windows_rows": w, "budget_bytes": b, "usage_bytes": u, "held_bytes": h,
-                 "store_bytes": st, "executor_limit_bytes": lim, "operators_need_bytes": need, "key": self._key}
-                for t, e, w, b, u, h, st, lim, need in rows]
+                 "store_bytes": st, "operators_need_bytes": need, "reserve_bytes": r, "key": self._key}
+                for t, e, w, b, u, h, st, need, r in rows]
 
     def _check_split(self, split_idx: int) -> None:
         if not isinstance(split_idx, int) or not 0 <= split_idx < self._n:

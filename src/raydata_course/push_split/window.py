@@ -11,25 +11,23 @@ start while a consumer waits) and every upstream operator keeps a task's output 
 the consumer. It is pure Python (no Ray): the coordinator calls :meth:`~WindowController.tick`
 about every ``interval_s`` with an :class:`Observation` and applies the windows it returns.
 
-**The bound.** Let ``B`` be the object-store budget the user set (Ray Data's global limit
-when the epoch starts), ``R`` what the executor's operators need to keep running and ``M``
-the executor's overshoot. ``R`` is measured: Ray Data's own estimate of the bytes one task of
-each operator leaves in its output buffer (``obj_store_mem_max_pending_output_per_task``,
-``op_runtime_metrics.py:861-880``, the headroom an operator's budget must have before it may
-start a task, ``resource_manager.py:823-862``), summed over operators, as a maximum that
-decays by ``reserve_decay`` per tick; before Ray Data has an estimate, the believed usage
-minus the windows' bytes stands in. ``M`` is measured too: how far Ray Data's believed usage
-went over the limit the executor had (its liveness rules start a task for a waiting consumer
-whatever the budget says), a maximum that decays by ``margin_decay`` per tick. The windows'
-bytes must fit ``B - R - M``. A window never drops below one batch (``batch_size`` rows): a
-consumer cannot finish a batch, and so cannot free anything, before it holds a whole one.
-When even one batch per consumer does not fit, the floor wins and the split logs it once.
+**The bound.** Let ``B`` be the object-store budget (Ray Data's global limit) and ``R``
+what the executor's operators need to keep running. ``R`` is measured: Ray Data's own
+estimate of the bytes one task of each operator leaves in its output buffer
+(``obj_store_mem_max_pending_output_per_task``, ``op_runtime_metrics.py:861-880``: the
+headroom an operator's budget must have before it may start a task,
+``resource_manager.py:823-862``), summed over operators, as a maximum that decays by
+``reserve_decay`` per tick; before Ray Data has an estimate, its believed usage minus the
+windows' bytes stands in. The windows' bytes must fit ``B - R``: the operators keep room for
+one task each, so Ray Data need not go over its budget to make progress. A window never
+drops below one batch (``batch_size`` rows): a consumer cannot finish a batch, and so cannot
+free anything, before it holds a whole one. When even one batch per consumer does not fit,
+the floor wins and the split logs it once.
 
-**The executor's limit.** The windows alone cannot keep the store within ``B``: whatever
-the windows leave, the operators fill, and then overshoot. So the controller also gives the
-executor a limit of ``B - M`` (:attr:`WindowController.executor_limit_bytes`, never below
-``B / 2``): with its usual overshoot on top, Ray Data's believed usage, windows included,
-lands at ``B``.
+Lowering the executor's own limit as well (to make room for the overshoot its liveness rules
+allow) was tried and dropped: Ray Data's believed usage counts the pending outputs of tasks
+already running, a lower limit starved the consumers, and starved consumers make the
+executor start more tasks, not fewer.
 
 **The rule, each tick, per split** (windows in rows, one *step* = one batch):
 
@@ -49,7 +47,7 @@ lands at ``B``.
    the consumer starves within ``patience`` ticks of it, the shrink was a mistake, and that
    split's patience doubles (up to ``max_patience_ticks``), so a window that found its
    size stays there and probes below it less and less often.
-4. *Over the bound* — when the windows' sum exceeds ``B - R - M`` (a need grew), the
+4. *Over the bound* — when the windows' sum exceeds ``B - R`` (the need grew), the
    largest windows shrink one step at a time until the sum fits or every window is at its
    floor.
 
@@ -70,8 +68,8 @@ Examples:
     ([200, 200], [300, 300], [400, 400])
     >>> over = Observation(budget_bytes=1000, usage_bytes=1100, operators_need_bytes=200, splits=[
     ...     SplitState(bytes_per_row=1.0, held_bytes=400, waited_s=0.0, ready_rows=300)] * 2)
-    >>> c.tick(over), c.margin_bytes, c.executor_limit_bytes
-    ([200, 200], 100.0, 900)
+    >>> c.tick(over), c.reserve_bytes
+    ([200, 200], 200.0)
 """
 
 from __future__ import annotations
@@ -123,16 +121,14 @@ class Observation:
     """What the controller reads at a tick.
 
     Attributes:
-        budget_bytes: the object-store budget the user set (Ray Data's global limit before
-            the controller lowered it); None when unknown or unlimited (then only
-            adaptation applies, no bound).
+        budget_bytes: the executor's object-store budget (Ray Data's global limit); None when
+            unknown or unlimited (then only adaptation applies, no bound).
         usage_bytes: Ray Data's believed object-store usage (global usage), windows included.
         splits: one :class:`SplitState` per split, in split order.
         store_bytes: the object store's measured usage (``ObjectStoreStats.
             object_store_bytes_used``), or None when not sampled.
         operators_need_bytes: Ray Data's estimate of one task's pending output, summed over
             the executor's operators; None before it has one.
-        executor_limit_bytes: the limit the executor has now (None: the budget).
     """
 
     budget_bytes: Optional[int]
@@ -140,7 +136,6 @@ class Observation:
     splits: list[SplitState]
     store_bytes: Optional[int] = None
     operators_need_bytes: Optional[int] = None
-    executor_limit_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -168,15 +163,10 @@ class WindowController:
             starved it.
         reserve_decay: per-tick factor by which the remembered operator need decays
             (0.98 at 10 Hz forgets half in about 3.5 s).
-        margin_decay: per-tick factor by which the remembered overshoot decays (0.995 at
-            10 Hz forgets half in about 14 s: an overshoot comes in bursts).
 
     Attributes:
         windows_rows: the current window of each split, in rows.
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
-        margin_bytes: the executor's measured overshoot ``M`` (decaying maximum), in bytes.
-        executor_limit_bytes: the limit to give the executor, ``B - M`` (at least ``B / 2``);
-            None without a budget.
         events: every window change (:class:`WindowEvent`).
         warnings: the messages this controller logged.
         warned: kinds of warning already logged (pass one set to several controllers, one
@@ -193,11 +183,8 @@ class WindowController:
     patience_ticks: int = 5
     max_patience_ticks: int = 80
     reserve_decay: float = 0.98
-    margin_decay: float = 0.995
     windows_rows: list[int] = field(init=False)
     reserve_bytes: float = field(init=False, default=0.0)
-    margin_bytes: float = field(init=False, default=0.0)
-    executor_limit_bytes: Optional[int] = field(init=False, default=None)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(init=False, default_factory=list)
@@ -231,12 +218,7 @@ class WindowController:
         held = sum(s.held_bytes for s in obs.splits)
         need = obs.operators_need_bytes if obs.operators_need_bytes is not None else max(obs.usage_bytes - held, 0)
         self.reserve_bytes = max(float(need), self.reserve_bytes * self.reserve_decay)
-        bound = None
-        if obs.budget_bytes is not None:
-            limit = obs.executor_limit_bytes if obs.executor_limit_bytes is not None else obs.budget_bytes
-            self.margin_bytes = max(float(max(obs.usage_bytes - limit, 0)), self.margin_bytes * self.margin_decay)
-            self.executor_limit_bytes = int(max(obs.budget_bytes - self.margin_bytes, obs.budget_bytes / 2))
-            bound = obs.budget_bytes - self.reserve_bytes - self.margin_bytes
+        bound = None if obs.budget_bytes is None else obs.budget_bytes - self.reserve_bytes
         pressure = obs.budget_bytes is not None and (
             obs.usage_bytes > obs.budget_bytes
             or (self.steer_on_store and obs.store_bytes is not None and obs.store_bytes > obs.budget_bytes))
@@ -291,8 +273,8 @@ class WindowController:
                 self._warn_once("floor", (
                     f"push split: one batch per consumer ({self._bytes(obs, [r.batch_rows for r in self.requests]) / 2**20:.0f} "
                     f"MiB for {len(self.requests)} consumers) does not fit the object-store budget minus what the "
-                    f"executor's operators need and its overshoot ({bound / 2**20:.0f} MiB): the windows stay at one "
-                    "batch and the store will go over the budget; raise the budget or lower batch_size."))
+                    f"executor's operators need ({bound / 2**20:.0f} MiB): the windows stay at one batch and the "
+                    "store will go over the budget; raise the budget or lower batch_size."))
                 return
             _, i = max(room)
             self._set(i, max(self.requests[i].batch_rows, self.windows_rows[i] - self.requests[i].batch_rows), "bound")
@@ -301,7 +283,7 @@ class WindowController:
             self._warn_once("asked", (
                 f"push split: prefetch_batches x batch_size asks for {asked / 2**20:.0f} MiB in flight over "
                 f"{len(self.requests)} consumers, but the budget leaves {bound / 2**20:.0f} MiB after what the "
-                "executor's operators need and its overshoot: the windows are kept smaller than asked."))
+                "executor's operators need: the windows are kept smaller than asked."))
 
     def _set(self, i: int, rows: int, why: str) -> None:
         if rows != self.windows_rows[i]:
