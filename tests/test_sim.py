@@ -147,3 +147,16 @@ def test_bad_configurations_say_what_was_wrong(changes, message):
         _config(**changes)
     with pytest.raises(ValueError, match="task_s must be >= 0 seconds, got -0.5"):
         Operator("decode", -0.5, BLOCK)
+
+
+def test_a_window_ray_data_does_not_charge_lets_the_executor_run_ahead_by_it():
+    """A ``streaming_split`` iterator's refs live in another process: the budget does not
+    charge them, so what Ray Data believes stays at the budget while more bytes are referenced."""
+    fast_source = [Operator("decode", 0.01, BLOCK)]
+    charged = simulate(_config(operators=fast_source, consumers=2, delay_s=0.5))
+    uncharged = simulate(_config(operators=fast_source, consumers=2, delay_s=0.5, window_counted=False))
+    budget = 256 * MiB
+    assert max(charged.counted_bytes) <= budget + BLOCK
+    assert max(uncharged.believed_bytes) <= budget + BLOCK
+    assert max(uncharged.counted_bytes) >= budget + 2 * 4 * BLOCK - BLOCK  # two windows of 4 on top
+    assert uncharged.peak_bytes > charged.peak_bytes

@@ -51,6 +51,8 @@ COMM_VERSION = "0.2.3"
 #: the distribution that carries the simulator into the browser.
 COURSE_WHEEL_NAME = "raydata-course-playground"
 _PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
+#: the kernel a notebook names to run in the Pyodide kernel.
+PYODIDE_KERNELSPEC = {"name": "python", "display_name": "Python (Pyodide)", "language": "python"}
 
 
 def _key(name: str) -> str:
@@ -166,7 +168,8 @@ def shipped_lock(lock: dict, wheels: dict[str, Path], extra: dict[str, dict]) ->
 
 
 def render_notebook(notebook: dict, validation: dict) -> dict:
-    """A playground notebook with the lab's figures written in: the markdown cell tagged
+    """A playground notebook for the site: its kernel is Pyodide's (the source names the course's,
+    where the notebook runs too), and the lab's figures are written in: the markdown cell tagged
     ``lab-validation`` gets the model-against-lab table, the code cell tagged ``lab-inputs``
     defines ``LAB`` (``validation``'s rows: each variant's simulator inputs and errors).
 
@@ -174,6 +177,7 @@ def render_notebook(notebook: dict, validation: dict) -> dict:
         ValueError: the notebook lacks either tagged cell.
     """
     notebook = json.loads(json.dumps(notebook))
+    notebook["metadata"]["kernelspec"] = PYODIDE_KERNELSPEC
     lab = validation["lab"]
     found = set()
     for cell in notebook["cells"]:

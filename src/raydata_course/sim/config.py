@@ -70,6 +70,11 @@ class IngestConfig:
         free_period_s: the raylet's lazy free (``free_objects_period_milliseconds / 1000``):
             freed objects leave the store at the next multiple of this period; 0 deletes at once.
         startup_s: seconds before the executor launches its first task (execution start-up).
+        window_counted: whether Ray Data charges the pull consumer's prefetch window to the
+            budget: True when the iterator lives in the executor's process (``iter_batches``
+            in the driver, where Ray Data's block ref counter sees its refs); False for
+            ``streaming_split`` iterators in other processes (the coordinator hands each
+            ref over, and only reports the bytes, which the 2.60 budget does not use).
         sample_period_s: spacing of the timeline's evenly spaced samples, in seconds.
     """
 
@@ -87,6 +92,7 @@ class IngestConfig:
     cores: float | None = None
     free_period_s: float = 1.0
     startup_s: float = 0.0
+    window_counted: bool = True
     sample_period_s: float = 0.1
     notes: dict[str, Any] = field(default_factory=dict, compare=False)
 

@@ -71,6 +71,7 @@ class _Model:
         self.env = simpy.Environment()
         self.cores = SharedCores(self.env, cfg.cores)
         self.counted = self.hidden = self.freed = self.pending = 0
+        self.uncharged = 0   # pull: window bytes with a live ref that Ray Data does not charge
         self.taken = 0
         self.queues = [collections.deque() for _ in cfg.operators]   # output blocks (bytes), counted
         self.running = [0] * len(cfg.operators)
@@ -92,8 +93,12 @@ class _Model:
 
     def _record(self) -> None:
         self.timeline.record(self.env.now, counted_bytes=self.counted, hidden_bytes=self.hidden,
-                             freed_bytes=self.freed, believed_bytes=self.counted + self.pending,
+                             freed_bytes=self.freed, believed_bytes=self._believed(),
                              delivered_batches=self.taken)
+
+    def _believed(self) -> int:
+        """Ray Data's usage figure: the bytes it charges plus its running tasks' outputs."""
+        return self.counted - self.uncharged + self.pending
 
     def _step(self) -> None:
         """Move what can move, start what may start, record the state."""
@@ -118,7 +123,7 @@ class _Model:
             for i in reversed(range(len(ops))):
                 if self.slots_used >= self.cfg.task_slots or not self._has_input(i):
                     continue
-                fits = self.counted + self.pending + ops[i].output_bytes <= self.cfg.budget_bytes
+                fits = self._believed() + ops[i].output_bytes <= self.cfg.budget_bytes
                 idle = self.running[i] == 0 and not self.queues[i]
                 if fits or idle:
                     if not fits:
@@ -181,6 +186,8 @@ class _Model:
                     if cfg.prefetch_batches:                          # ray.get: the ref is dropped
                         c.window -= 1
                         self.counted -= block
+                        if not cfg.window_counted:
+                            self.uncharged -= block
                     else:
                         self.counted -= self._take_output(c)
                     self.hidden += block
@@ -188,8 +195,10 @@ class _Model:
                     self.env.process(self._format(c))
                     moved = True
                 while c.window < cfg.prefetch_batches and self.queues[-1] and self._quota_left(c):
-                    self._take_output(c)                              # stays counted: a live ref
+                    self._take_output(c)                              # a live ref
                     c.window += 1
+                    if not cfg.window_counted:
+                        self.uncharged += block
                     moved = True
             # fairness between splits: next time, the consumer with the fewest blocks goes first
         self.consumers.sort(key=lambda c: (c.assigned, c.index))
