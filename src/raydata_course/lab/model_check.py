@@ -18,7 +18,6 @@ read / decode task seconds   ``meta["task_s"]``: one block's tasks timed alone o
 step seconds, delay          the run's median train-step time; ``config.step_delay_s``
 task slots, cores            ``num_cpus`` less the Train workers' CPUs; ``meta["cpus"]``
 lazy-free period             1 s (Ray's default), or 0 where the run set it off
-window charged to budget     in the driver only (a Train worker's refs are in another process)
 format cap                   ``meta["pipeline"]["format_cap"]``
 ==========================  ==========================================================
 
@@ -79,7 +78,7 @@ def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: f
         budget_bytes=int(budget_bytes), split=config.get("split", "pull"), consumers=config["consumers"],
         batches_per_consumer=config["batches_per_consumer"], prefetch_batches=config["prefetch_batches"],
         format_cap=format_cap, step_s=step_s, delay_s=config["step_delay_s"], task_slots=max(1, slots),
-        cores=cores, free_period_s=free_period_s, window_counted=not train)
+        cores=cores, free_period_s=free_period_s)
 
 
 def _variant_runs(data: dict) -> dict[tuple[str, str], list[dict]]:

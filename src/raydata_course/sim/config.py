@@ -70,11 +70,10 @@ class IngestConfig:
         free_period_s: the raylet's lazy free (``free_objects_period_milliseconds / 1000``):
             freed objects leave the store at the next multiple of this period; 0 deletes at once.
         startup_s: seconds before the executor launches its first task (execution start-up).
-        window_counted: whether Ray Data charges the pull consumer's prefetch window to the
-            budget: True when the iterator lives in the executor's process (``iter_batches``
-            in the driver, where Ray Data's block ref counter sees its refs); False for
-            ``streaming_split`` iterators in other processes (the coordinator hands each
-            ref over, and only reports the bytes, which the 2.60 budget does not use).
+        window_counted: whether Ray Data charges the pull consumer's prefetch window (refs
+            alive) to the budget. True is Ray 2.60 as the lab measures it, in the driver and
+            under Ray Train (the counted bytes at the peak stay near the budget); False is a
+            what-if where those refs escape the budget and the executor runs ahead by them.
         sample_period_s: spacing of the timeline's evenly spaced samples, in seconds.
     """
 

@@ -26,7 +26,9 @@ batches (one block is one batch); a sent block keeps its ref, so it stays counte
 loop is done with it.
 
 **Lazy free.** A block nothing holds any more is *freed, not deleted* until the raylet's
-next free, every ``free_period_s`` seconds (0: at once).
+next free, every ``free_period_s`` seconds (0: at once). The raylet's clock starts when the
+block's last ref is dropped: a pull consumer's hidden block, whose ref went long before its
+batch, is deleted as soon as the batch goes, if a free ran in between.
 
 Examples:
     >>> from raydata_course.sim.config import IngestConfig, Operator
@@ -59,6 +61,7 @@ class _Consumer:
         self.window = 0              # pull: refs in the prefetch window (counted)
         self.formatting = 0          # pull: in the format workers, not yet formatted (hidden)
         self.formatted = 0           # pull: formatted, waiting in the format stage's buffer (hidden)
+        self.dropped_s: collections.deque = collections.deque()  # pull: when each hidden block lost its ref
         self.outer = 0               # pull: the outer thread's output slot (hidden)
         self.inbox = 0               # push: sent, waiting for the loop (counted)
         self.loop_busy = False       # the training loop holds a batch
@@ -85,9 +88,16 @@ class _Model:
                                  events=collections.Counter())
 
     # ------------------------------------------------------------------ bookkeeping
-    def _free(self, nbytes: int) -> None:
-        """A block nothing holds: deleted now, or at the raylet's next lazy free."""
-        if self.cfg.free_period_s > 0:
+    def _free(self, nbytes: int, ref_dropped_s: float | None = None) -> None:
+        """A block nothing holds: deleted now, or at the raylet's next lazy free.
+
+        The raylet's free clock starts when the last ref is dropped (``ref_dropped_s``, default
+        now): a block whose ref was dropped while a view still pinned it is deleted as soon as
+        the view goes, if the free after the drop has already run.
+        """
+        period = self.cfg.free_period_s
+        dropped = self.env.now if ref_dropped_s is None else ref_dropped_s
+        if period > 0 and self.env.now < (int(dropped / period) + 1) * period:
             self.freed += nbytes
         self.timeline.events["blocks_freed"] += 1
 
@@ -191,6 +201,7 @@ class _Model:
                     else:
                         self.counted -= self._take_output(c)
                     self.hidden += block
+                    c.dropped_s.append(self.env.now)
                     c.formatting += 1
                     self.env.process(self._format(c))
                     moved = True
@@ -237,9 +248,10 @@ class _Model:
         c.loop_busy = False
         if self.cfg.split == "pull":
             self.hidden -= block
+            self._free(block, ref_dropped_s=c.dropped_s.popleft())   # blocks leave in the order they came
         else:
             self.counted -= block
-        self._free(block)
+            self._free(block)
         c.done_s.append(self.env.now)
         if all(len(x.done_s) >= self.cfg.batches_per_consumer for x in self.consumers):
             self._record()
