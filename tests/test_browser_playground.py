@@ -75,14 +75,15 @@ def test_each_playground_notebook_runs_in_the_browser_and_draws_offline(site):
                "make_playground_s": site["make_playground_s"], "notebooks": {}}
     with StaticServer(SITE) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.on("request", lambda request: requests.append(request.url))
-        page = context.new_page()
         try:
             for name in NOTEBOOKS:
+                # a fresh context per notebook: a fresh workspace, so the notebooks opened before
+                # (and their kernels) stay closed
+                context = browser.new_context(viewport={"width": 1280, "height": 900})
+                context.on("request", lambda request: requests.append(request.url))
+                page = context.new_page()
                 t0 = time.perf_counter()
-                # ?reset: a fresh workspace, so the notebooks opened before (and their kernels) stay closed
-                page.goto(f"{server.url}lab/index.html?reset&path={name}")
+                page.goto(f"{server.url}lab/index.html?path={name}")
                 panel = page.locator(".jp-NotebookPanel")
                 panel.locator(".jp-Cell").first.wait_for(timeout=KERNEL_TIMEOUT_MS)
                 expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=KERNEL_TIMEOUT_MS)
@@ -102,10 +103,9 @@ def test_each_playground_notebook_runs_in_the_browser_and_draws_offline(site):
                 page.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}.png"))
                 timings["notebooks"][name] = {"kernel_idle_s": round(kernel_s, 1), "first_figure_s": round(first_s, 1),
                                               "all_cells_s": round(time.perf_counter() - t0, 1)}
-                page.goto("about:blank")
+                context.close()
         finally:
             (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=1))
-            context.close()
             browser.close()
     page_requests = [u for u in requests if not u.startswith(("data:", "blob:", "about:"))]
     assert page_requests, "the pages made no request at all"
