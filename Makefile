@@ -13,6 +13,8 @@
 #   make student-bundle   build/student-bundle.zip: what students get (no solutions, no hidden tests)
 #   make jupyter     open JupyterLab at the course root with the course kernel and formgrader
 #                    (GRADING=build/grading: formgrader shows that grading folder)
+#   make playground  the browser playground: a JupyterLite site in build/playground/, built offline from
+#                    PyPI and the npm registry (its tools in build/playground-tools, downloads cached)
 #   make setup       only build .venv
 #   make lock        re-pin requirements-lock.txt from a fresh .venv
 #   make strip       strip outputs from every committed notebook
@@ -40,7 +42,7 @@ LAB_OUT := build/lab
 LAB_ENV :=
 endif
 
-.PHONY: setup course lab lab-gpu lab-quick test test-fast release jupyter lock strip clean grade student-bundle
+.PHONY: setup course lab lab-gpu lab-quick test test-fast release jupyter lock strip clean grade student-bundle playground
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml autograder/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
@@ -78,6 +80,16 @@ lab: $(LAB_VENV)/.installed-stamp
 lab-gpu:
 	source .gpu/activate && PYTHONPATH="$(CURDIR)/src:$$PYTHONPATH" RAYDATA_COURSE_HEADLESS=1 \
 	  timeout 480 python3 -m raydata_course.lab --gpu-check --deadline-s 400 --out "$${OUT:-build/lab-gpu}"
+
+# The playground's build tools (JupyterLite, its Pyodide kernel) in a venv of their own.
+PLAYGROUND_TOOLS := build/playground-tools
+$(PLAYGROUND_TOOLS)/.installed-stamp: playground/requirements-build.txt
+	test -x $(PLAYGROUND_TOOLS)/bin/python || $(PYTHON) -m venv $(PLAYGROUND_TOOLS)
+	$(PLAYGROUND_TOOLS)/bin/python -m pip install --quiet -r playground/requirements-build.txt
+	touch $@
+
+playground: $(STAMP) $(PLAYGROUND_TOOLS)/.installed-stamp
+	$(RUN) $(BIN)/python -m raydata_course.playground --jupyter $(PLAYGROUND_TOOLS)/bin/jupyter --out build/playground
 
 lab-quick: $(STAMP)
 	$(RUN) $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick

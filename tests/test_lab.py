@@ -293,6 +293,13 @@ def test_quick_lab_reproduces_the_overage(tmp_path):
     assert results["summary"][0]["overage_bytes"] > 0 and quick_check(results["summary"]) == []
     for name in ("breakdown.png", "timeline-driver-slow.png", "table.md"):
         assert (tmp_path / name).stat().st_size > 0
+    # The playground's simulator against this run (its own configuration and measured task times).
+    from raydata_course.lab.model_check import compare, format_comparison
+
+    rows = compare(tmp_path / "results.json")
+    print("\n" + format_comparison(rows))
+    assert [r["variant"] for r in rows] == ["driver-slow"]
+    assert rows[0]["peak_met"] and rows[0]["throughput_met"], format_comparison(rows)
 
 
 def test_the_gpu_table_and_the_gpu_check_without_cuda(tmp_path):

@@ -111,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results, wall = [], {}
     facts = inspect_consumer_pipeline()
+    task_s: dict = {}
     results = _run_variants(LabSession, out, variants, wall, system_config=None, warm_up=not args.quick,
-                            deadline=deadline)
+                            deadline=deadline, task_s=task_s)
     push_results = {None: results}
     if push and any(v.split == "push" for v in variants):
         train_variants = [v for v in variants if v.mode == "train"]
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
         "machine": platform.machine(), "cpus": os.cpu_count(), "quick": args.quick,
         "pipeline": facts.__dict__, "variant_wall_s": wall, "total_wall_s": round(time.perf_counter() - t0, 1),
+        "task_s": task_s,
         "probe_cost": results[0].probe_cost if results else {},
     }
     save_results(results, rows, out, meta)
@@ -192,9 +194,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm_up: bool,
-                  deadline: float | None = None) -> list:
+                  deadline: float | None = None, task_s: dict | None = None) -> list:
     """Run ``variants`` on one fresh local cluster started with ``system_config``; start no
-    variant after ``deadline`` (a ``time.perf_counter()`` value), saying which were skipped."""
+    variant after ``deadline`` (a ``time.perf_counter()`` value), saying which were skipped;
+    an empty ``task_s`` dict is filled first with
+    :meth:`~raydata_course.lab.session.LabSession.time_tasks`."""
     results = []
     setting = "" if system_config is None else f" [{system_config}]"
     if deadline is not None and time.perf_counter() > deadline:
@@ -202,6 +206,9 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
         return results
     with session_cls(out, object_store_bytes=variants[0].object_store_bytes, num_cpus=variants[0].num_cpus,
                      system_config=system_config, warm_up=warm_up) as lab:
+        if task_s is not None and not task_s:
+            task_s.update(lab.time_tasks(variants[0]))
+            print(f"[lab] one block's tasks, alone on the cluster (s): {json.dumps(task_s)}", flush=True)
         for config in variants:
             if deadline is not None and time.perf_counter() > deadline:
                 print(f"[lab]{setting} past the deadline: skipped {config.name}", flush=True)

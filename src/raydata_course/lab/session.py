@@ -157,6 +157,24 @@ class LabSession:
         return build_image_parquet(self.out_dir / "data" / f"rows{config.batch_rows}", files * rows_per_file,
                                    encoded_side=ENCODED_SIDE, rows_per_file=rows_per_file)
 
+    def time_tasks(self, config: LabConfig, repeats: int = 3) -> dict[str, float]:
+        """Seconds one block's producer work takes in a task on this cluster, nothing else running.
+
+        Reads the first Parquet file of ``config``'s data and decodes ``config.batch_rows``
+        of its rows with :func:`~raydata_course.lab.workload.decode_and_augment`, ``repeats``
+        times, inside one Ray task (1 CPU), timed there with ``time.perf_counter``.
+
+        Returns:
+            ``{"read_block_s", "decode_block_s", "read_block_bytes"}``: medians in seconds
+            per block of ``config.batch_rows`` rows (the read is the file's read over its
+            blocks) and the encoded block's bytes. The playground's simulator
+            (:mod:`raydata_course.lab.model_check`) takes these as its operators.
+        """
+        import ray
+
+        path = sorted(self.data_dir(config).glob("part-*.parquet"))[0]
+        return ray.get(ray.remote(num_cpus=1)(_time_block_tasks).remote(str(path), config.batch_rows, repeats))
+
     def run(self, config: LabConfig) -> list[RunResult]:
         """Run one variant (``config.epochs`` epochs) and measure each epoch as a repeat."""
         import ray
@@ -236,6 +254,27 @@ class LabSession:
                                  name=f"{config.name}-{int(time.time() * 1000)}"),
         )
         trainer.fit()
+
+
+def _time_block_tasks(path: str, batch_rows: int, repeats: int) -> dict[str, float]:
+    """Body of the task behind :meth:`LabSession.time_tasks` (median seconds per block)."""
+    import pyarrow.parquet as pq
+
+    from raydata_course.lab.workload import decode_and_augment
+
+    reads, decodes, read_bytes = [], [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        table = pq.read_table(path)
+        reads.append((time.perf_counter() - t0) * batch_rows / max(1, table.num_rows))
+        read_bytes = table.nbytes * batch_rows // max(1, table.num_rows)
+        batch = {"image": table.column("image").to_numpy(zero_copy_only=False)[:batch_rows],
+                 "label": table.column("label").to_numpy()[:batch_rows]}
+        t0 = time.perf_counter()
+        decode_and_augment(batch)
+        decodes.append(time.perf_counter() - t0)
+    return {"read_block_s": statistics.median(reads), "decode_block_s": statistics.median(decodes),
+            "read_block_bytes": read_bytes}
 
 
 def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],

@@ -1,0 +1,152 @@
+"""What the simulator is told: the pipeline's operators and the consumers' side.
+
+Every quantity carries its unit in its name: bytes (``*_bytes``), seconds (``*_s``), blocks
+and batches as counts. One block is one batch, as in the lab (``repartition`` to the batch
+size, then ``map_batches`` with the same batch size), so a batch pins exactly one block.
+
+Examples:
+    >>> cfg = IngestConfig(operators=[Operator("decode", task_s=0.5, output_bytes=32 << 20)],
+    ...                    budget_bytes=256 << 20, prefetch_batches=4, step_s=0.1, delay_s=0.25)
+    >>> cfg.block_bytes, cfg.format_workers, cfg.total_batches
+    (33554432, 4, 20)
+    >>> IngestConfig(operators=[], budget_bytes=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: operators must name at least one operator, got [].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["Operator", "IngestConfig", "SPLITS"]
+
+#: how the consumers are fed: Ray's pull-based ``streaming_split`` / ``iter_batches``, or the
+#: course's push-based split.
+SPLITS = ("pull", "push")
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator of the streaming executor: each task turns one input block into one output block.
+
+    Attributes:
+        name: shown in tables.
+        task_s: CPU seconds one task needs when it has a core to itself.
+        output_bytes: bytes of the block each task writes to the object store.
+    """
+
+    name: str
+    task_s: float
+    output_bytes: int
+
+    def __post_init__(self) -> None:
+        if not self.task_s >= 0:
+            raise ValueError(f"Operator {self.name!r}: task_s must be >= 0 seconds, got {self.task_s!r}.")
+        if self.output_bytes < 0:
+            raise ValueError(f"Operator {self.name!r}: output_bytes must be >= 0, got {self.output_bytes!r}.")
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """One simulated ingest run: a source, operators, the budget and the consumers.
+
+    Attributes:
+        operators: the operators, upstream first; the last one's blocks are the batches.
+        budget_bytes: Ray Data's object-store budget (``resource_limits.object_store_memory``).
+        split: ``"pull"`` (``iter_batches`` / ``streaming_split``) or ``"push"`` (the push split).
+        consumers: number of consuming iterators (training workers), each fed its own blocks.
+        batches_per_consumer: batches each consumer trains on.
+        prefetch_batches: ``prefetch_batches`` of ``iter_batches`` / ``iter_torch_batches``;
+            under push, the window in batches (``prefetch_batches * batch_size`` rows).
+        format_cap: the cap on format workers (Ray 2.60: 4); pull uses ``N = min(cap, pf)``.
+        format_s: seconds a format worker spends on one batch (collation; zero-copy).
+        step_s: seconds of one training step (the loop's own work).
+        delay_s: extra seconds per step; > 0 makes a slow consumer.
+        task_slots: logical CPUs free for Ray Data tasks (one task takes one).
+        cores: physical cores that running tasks share (processor sharing); ``None``: as many
+            as ``task_slots``, so every task runs at full speed.
+        free_period_s: the raylet's lazy free (``free_objects_period_milliseconds / 1000``):
+            freed objects leave the store at the next multiple of this period; 0 deletes at once.
+        startup_s: seconds before the executor launches its first task (execution start-up).
+        window_counted: whether Ray Data charges the pull consumer's prefetch window (refs
+            alive) to the budget. True is Ray 2.60 as the lab measures it, in the driver and
+            under Ray Train (the counted bytes at the peak stay near the budget); False is a
+            what-if where those refs escape the budget and the executor runs ahead by them.
+        sample_period_s: spacing of the timeline's evenly spaced samples, in seconds.
+    """
+
+    operators: list[Operator]
+    budget_bytes: int
+    split: str = "pull"
+    consumers: int = 1
+    batches_per_consumer: int = 20
+    prefetch_batches: int = 4
+    format_cap: int = 4
+    format_s: float = 0.0
+    step_s: float = 0.0
+    delay_s: float = 0.0
+    task_slots: int = 4
+    cores: float | None = None
+    free_period_s: float = 1.0
+    startup_s: float = 0.0
+    window_counted: bool = True
+    sample_period_s: float = 0.1
+    notes: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.operators:
+            raise ValueError(f"operators must name at least one operator, got {list(self.operators)!r}.")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be 'pull' or 'push', got {self.split!r}.")
+        for name in ("consumers", "batches_per_consumer", "task_slots", "format_cap"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}.")
+        if self.prefetch_batches < 0:
+            raise ValueError(f"prefetch_batches must be >= 0, got {self.prefetch_batches!r}.")
+        if self.split == "push" and self.prefetch_batches < 1:
+            raise ValueError("the push split's window is prefetch_batches batches; it needs at least 1, "
+                             f"got {self.prefetch_batches!r}.")
+        if self.budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes!r}.")
+        for name in ("format_s", "step_s", "delay_s", "free_period_s", "startup_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}.")
+        if self.cores is not None and not self.cores > 0:
+            raise ValueError(f"cores must be positive (or None), got {self.cores!r}.")
+        if not self.sample_period_s > 0:
+            raise ValueError(f"sample_period_s must be positive, got {self.sample_period_s!r}.")
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one batch: the last operator's output block."""
+        return self.operators[-1].output_bytes
+
+    @property
+    def format_workers(self) -> int:
+        """``N = min(format_cap, prefetch_batches)``: the pull consumer's format workers."""
+        return min(self.format_cap, self.prefetch_batches)
+
+    @property
+    def total_batches(self) -> int:
+        """Batches all consumers train on together."""
+        return self.consumers * self.batches_per_consumer
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> IngestConfig:
+        """The configuration whose ``dataclasses.asdict`` is ``values`` (operators as dicts),
+        as the playground reads it from ``validation.json``.
+
+        Raises:
+            ValueError: an unknown field (named), or a value the constructor refuses.
+        """
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown IngestConfig fields {sorted(unknown)}.")
+        ops = [op if isinstance(op, Operator) else Operator(**op) for op in values.get("operators", [])]
+        return cls(**{**values, "operators": ops})
+
+    def with_(self, **changes: Any) -> IngestConfig:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
