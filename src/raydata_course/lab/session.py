@@ -301,12 +301,14 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
     overall, midrun = _throughputs(consumers)
     classified = [s for s in samples if s.referenced_bytes is not None]
     peak_c = max(classified, key=lambda s: s.used_bytes, default=None)
-    nearest = lambda ts, vs: vs[min(range(len(ts)), key=lambda i: abs(ts[i] - peak_t))] if ts else 0  # noqa: E731
+    def nearest(ts, vs, at=peak_t):
+        """The value of ``vs`` sampled nearest to ``at`` (0 for no samples)."""
+        return vs[min(range(len(ts)), key=lambda i: abs(ts[i] - at))] if ts else 0
+
     believed_at_peak = nearest([p["t_wall_s"] - t_wall0 for p in probe_samples], believed)
     hidden_at_peak = nearest([x.t_s for x in samples if x.pinned_unreferenced_bytes is not None], hidden)
     window_t = [w["t"] - t_wall0 for w in windows]
-    coordinator_at_peak = min(((abs(t - peak_c.t_s), w["held_bytes"]) for t, w in zip(window_t, windows)),
-                              default=(0, 0))[1] if peak_c else 0
+    coordinator_at_peak = nearest(window_t, [w["held_bytes"] for w in windows], at=peak_c.t_s) if peak_c else 0
     peak_breakdown = {
         "t_s": peak_t,
         "believed_bytes": believed_at_peak,

@@ -188,7 +188,7 @@ class PushSplitCoordinator:
         self._control_interval_s = control_interval_s
         self._controller: Optional[WindowController] = None
         self._warned: set[str] = set()  # the controllers' warnings, each logged once per split group
-        self._window_history: list[tuple] = []
+        self._window_history: list[dict] = []  # the window samples (see _window_records)
         self._store_sampler = None
 
         self._ctx = split_dataset.context.copy()
@@ -362,9 +362,11 @@ class PushSplitCoordinator:
                 for flow, rows in zip(flows, windows):
                     flow.set_target_rows(rows)
                 if len(self._window_history) < _HISTORY_LIMIT:
-                    self._window_history.append((time.time(), epoch, windows, budget_bytes, usage_bytes,
-                                                 sum(s.held_bytes for s in states), store_bytes, need_bytes,
-                                                 int(controller.reserve_bytes)))
+                    self._window_history.append({
+                        "t": time.time(), "epoch": epoch, "windows_rows": windows, "budget_bytes": budget_bytes,
+                        "usage_bytes": usage_bytes, "held_bytes": sum(s.held_bytes for s in states),
+                        "store_bytes": store_bytes, "operators_need_bytes": need_bytes,
+                        "reserve_bytes": int(controller.reserve_bytes), "key": self._key})
                 self._cond.notify_all()
 
     def _store_used_bytes(self) -> Optional[int]:
@@ -689,13 +691,10 @@ class PushSplitCoordinator:
         """The window samples from index ``start`` on, as dicts: ``t`` (``time.time()``),
         ``epoch``, ``windows_rows``, ``budget_bytes``, ``usage_bytes`` (Ray Data's belief),
         ``held_bytes`` (the windows' held refs), ``store_bytes`` (measured, or None),
-        ``operators_need_bytes`` (Ray Data's estimate) and ``reserve_bytes`` (the controller's
-        remembered need)."""
+        ``operators_need_bytes`` (Ray Data's estimate), ``reserve_bytes`` (the controller's
+        remembered need) and ``key`` (the split group)."""
         with self._cond:
-            rows = self._window_history[start:]
-        return [{"t": t, "epoch": e, "windows_rows": w, "budget_bytes": b, "usage_bytes": u, "held_bytes": h,
-                 "store_bytes": st, "operators_need_bytes": need, "reserve_bytes": r, "key": self._key}
-                for t, e, w, b, u, h, st, need, r in rows]
+            return self._window_history[start:]
 
     def _check_split(self, split_idx: int) -> None:
         if not isinstance(split_idx, int) or not 0 <= split_idx < self._n:
