@@ -99,6 +99,18 @@ def test_lazy_free_shows_up_as_freed_not_deleted_bytes():
             assert lazy.freed_bytes[i] == 0 and abs(lazy.t_s[i] - round(lazy.t_s[i])) < 1e-6
 
 
+def test_the_free_timer_phase_moves_when_freed_blocks_leave():
+    """The raylet's free timer meets the epoch at some phase: frees run at phase + k * period."""
+    for phase in (0.25, 0.6):
+        t = simulate(_config(free_period_s=1.0, free_phase_s=phase))
+        drops = [t.t_s[i] for i in range(1, len(t.t_s)) if t.freed_bytes[i] < t.freed_bytes[i - 1]]
+        assert drops, "some freed blocks must have waited for a free"
+        assert all(t.freed_bytes[t.t_s.index(d)] == 0 and abs((d - phase) - round(d - phase)) < 1e-6
+                   for d in drops), (phase, drops)
+    peaks = {simulate(_config(free_period_s=1.0, free_phase_s=k / 4)).peak_bytes for k in range(4)}
+    assert all(p >= simulate(_config(free_period_s=0.0)).peak_bytes for p in peaks)
+
+
 def test_a_slow_consumer_sets_the_rate_and_a_fast_one_leaves_it_to_the_producer():
     slow = simulate(_config(delay_s=0.25, consumers=2, batches_per_consumer=40))
     assert slow.midrun_batches_per_s == pytest.approx(2 / 0.30, rel=0.02)
@@ -141,6 +153,7 @@ def test_the_timeline_splits_the_store_and_reads_like_the_lab_sampler():
     ({"split": "push", "prefetch_batches": 0}, "needs at least 1, got 0"),
     ({"budget_bytes": 0}, "budget_bytes must be positive, got 0"),
     ({"delay_s": -1.0}, "delay_s must be >= 0 seconds, got -1.0"),
+    ({"free_period_s": 1.0, "free_phase_s": 1.0}, "free_phase_s must be below free_period_s (1.0 s), got 1.0"),
 ])
 def test_bad_configurations_say_what_was_wrong(changes, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

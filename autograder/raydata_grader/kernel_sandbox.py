@@ -64,6 +64,9 @@ SANDBOX_HOSTNAME = "grading-sandbox"
 #: The largest message the grader accepts from a sandboxed kernel, in bytes (ZeroMQ drops
 #: the connection on a larger one; the cell then fails instead of the grader filling up).
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+#: Seconds a sandboxed kernel's Ray driver waits for a GCS it lost before it exits (Ray's
+#: ``gcs_rpc_server_reconnect_timeout_s``, 60 by default).
+GCS_RECONNECT_TIMEOUT_S = 15
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,10 @@ class KernelJail:
             HEADLESS_ENV: "1",
             TEMP_ROOT_ENV: "/tmp/ray",
             MACHINE_CPUS_ENV: str(GRADING_CPUS),  # the same default cluster on every machine that grades
+            # The kernel's own cluster, once a submission kills it, never comes back: its driver
+            # gives up on the GCS after this many seconds (Ray's gcs_rpc_server_reconnect_timeout_s,
+            # 60 by default, spent spinning two cores). A live GCS under load keeps its connection.
+            "RAY_gcs_rpc_server_reconnect_timeout_s": str(GCS_RECONNECT_TIMEOUT_S),
         }
         env.update(self.env)
         return env

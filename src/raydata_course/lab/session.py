@@ -165,10 +165,13 @@ class LabSession:
         times, inside one Ray task (1 CPU), timed there with ``time.perf_counter``.
 
         Returns:
-            ``{"read_block_s", "decode_block_s", "read_block_bytes"}``: medians in seconds
-            per block of ``config.batch_rows`` rows (the read is the file's read over its
-            blocks) and the encoded block's bytes. The playground's simulator
-            (:mod:`raydata_course.lab.model_check`) takes these as its operators.
+            ``{"read_block_s", "decode_block_s", "read_block_cpu_s", "decode_block_cpu_s",
+            "read_block_bytes"}``: medians in seconds per block of ``config.batch_rows`` rows
+            (the read is the file's read over its blocks), as wall time (``*_block_s``, what
+            the machine's load at that moment allowed) and as the task's CPU time
+            (``*_cpu_s``, ``time.process_time``: the work itself), and the encoded block's
+            bytes. The playground's simulator (:mod:`raydata_course.lab.model_check`) takes
+            these as its operators, at both speeds.
         """
         import ray
 
@@ -262,18 +265,22 @@ def _time_block_tasks(path: str, batch_rows: int, repeats: int) -> dict[str, flo
 
     from raydata_course.lab.workload import decode_and_augment
 
-    reads, decodes, read_bytes = [], [], 0
+    reads, decodes, read_cpu, decode_cpu, read_bytes = [], [], [], [], 0
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         table = pq.read_table(path)
-        reads.append((time.perf_counter() - t0) * batch_rows / max(1, table.num_rows))
+        share = batch_rows / max(1, table.num_rows)
+        reads.append((time.perf_counter() - t0) * share)
+        read_cpu.append((time.process_time() - c0) * share)
         read_bytes = table.nbytes * batch_rows // max(1, table.num_rows)
         batch = {"image": table.column("image").to_numpy(zero_copy_only=False)[:batch_rows],
                  "label": table.column("label").to_numpy()[:batch_rows]}
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         decode_and_augment(batch)
         decodes.append(time.perf_counter() - t0)
+        decode_cpu.append(time.process_time() - c0)
     return {"read_block_s": statistics.median(reads), "decode_block_s": statistics.median(decodes),
+            "read_block_cpu_s": statistics.median(read_cpu), "decode_block_cpu_s": statistics.median(decode_cpu),
             "read_block_bytes": read_bytes}
 
 

@@ -189,7 +189,9 @@ def render_notebook(notebook: dict, validation: dict) -> dict:
                 f"The lab ran on {lab.get('cpus')} CPU cores ({lab.get('device')}, Ray {lab.get('ray_version')}"
                 f"{', quick mode' if lab.get('quick') else ''}). For each variant: the object store's peak and the "
                 "mid-run throughput the lab measured (median over its repeats), what the simulator predicts from the "
-                "lab's own configuration and measured task times, and the error. Targets: peak within "
+                "lab's own configuration and measured task times, and the error. The simulator gives a range (low–high) "
+                "where an input is unknown: the phase of the raylet's free timer, and the producer's speed between its "
+                "tasks' CPU and wall times; a measurement inside the range has error 0. Targets: peak within "
                 f"{validation['targets']['peak']:.0%}, throughput within {validation['targets']['throughput']:.0%}.\n\n"
                 + validation["table"])
         if "lab-inputs" in tags:

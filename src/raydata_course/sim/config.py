@@ -68,7 +68,12 @@ class IngestConfig:
         cores: physical cores that running tasks share (processor sharing); ``None``: as many
             as ``task_slots``, so every task runs at full speed.
         free_period_s: the raylet's lazy free (``free_objects_period_milliseconds / 1000``):
-            freed objects leave the store at the next multiple of this period; 0 deletes at once.
+            freed objects leave the store at the raylet's next free; 0 deletes at once.
+        free_phase_s: seconds after the epoch's start at which the raylet's first free runs
+            (then one every ``free_period_s``), in ``[0, free_period_s)``; 0: the free timer
+            starts with the epoch. The raylet's timer runs from the raylet's own start, so a real
+            epoch meets it at an unknown phase; :mod:`raydata_course.lab.model_check` runs a
+            spread of phases.
         startup_s: seconds before the executor launches its first task (execution start-up).
         window_counted: whether Ray Data charges the pull consumer's prefetch window (refs
             alive) to the budget. True is Ray 2.60 as the lab measures it, in the driver and
@@ -90,6 +95,7 @@ class IngestConfig:
     task_slots: int = 4
     cores: float | None = None
     free_period_s: float = 1.0
+    free_phase_s: float = 0.0
     startup_s: float = 0.0
     window_counted: bool = True
     sample_period_s: float = 0.1
@@ -110,9 +116,12 @@ class IngestConfig:
                              f"got {self.prefetch_batches!r}.")
         if self.budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes!r}.")
-        for name in ("format_s", "step_s", "delay_s", "free_period_s", "startup_s"):
+        for name in ("format_s", "step_s", "delay_s", "free_period_s", "free_phase_s", "startup_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}.")
+        if self.free_phase_s and not self.free_phase_s < self.free_period_s:
+            raise ValueError(f"free_phase_s must be below free_period_s ({self.free_period_s!r} s), "
+                             f"got {self.free_phase_s!r}.")
         if self.cores is not None and not self.cores > 0:
             raise ValueError(f"cores must be positive (or None), got {self.cores!r}.")
         if not self.sample_period_s > 0:

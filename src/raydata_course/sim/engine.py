@@ -26,9 +26,10 @@ batches (one block is one batch); a sent block keeps its ref, so it stays counte
 loop is done with it.
 
 **Lazy free.** A block nothing holds any more is *freed, not deleted* until the raylet's
-next free, every ``free_period_s`` seconds (0: at once). The raylet's clock starts when the
-block's last ref is dropped: a pull consumer's hidden block, whose ref went long before its
-batch, is deleted as soon as the batch goes, if a free ran in between.
+next free, one every ``free_period_s`` seconds from ``free_phase_s`` (period 0: at once). A
+block waits for the first free after its last ref is dropped: a pull consumer's hidden block,
+whose ref went long before its batch, is deleted as soon as the batch goes, if a free ran in
+between.
 
 Examples:
     >>> from raydata_course.sim.config import IngestConfig, Operator
@@ -42,6 +43,7 @@ Examples:
 from __future__ import annotations
 
 import collections
+import math
 
 import simpy
 
@@ -91,13 +93,13 @@ class _Model:
     def _free(self, nbytes: int, ref_dropped_s: float | None = None) -> None:
         """A block nothing holds: deleted now, or at the raylet's next lazy free.
 
-        The raylet's free clock starts when the last ref is dropped (``ref_dropped_s``, default
-        now): a block whose ref was dropped while a view still pinned it is deleted as soon as
-        the view goes, if the free after the drop has already run.
+        The block waits for the first free after its last ref was dropped (``ref_dropped_s``,
+        default now): a block whose ref was dropped while a view still pinned it is deleted as
+        soon as the view goes, if the free after the drop has already run.
         """
-        period = self.cfg.free_period_s
+        period, phase = self.cfg.free_period_s, self.cfg.free_phase_s
         dropped = self.env.now if ref_dropped_s is None else ref_dropped_s
-        if period > 0 and self.env.now < (int(dropped / period) + 1) * period:
+        if period > 0 and self.env.now < phase + (math.floor((dropped - phase) / period) + 1) * period:
             self.freed += nbytes
         self.timeline.events["blocks_freed"] += 1
 
@@ -267,11 +269,17 @@ class _Model:
         self._step()
 
     def _lazy_free(self):
+        if self.cfg.free_phase_s:
+            yield self.env.timeout(self.cfg.free_phase_s)
+            self._flush_freed()
         while True:
             yield self.env.timeout(self.cfg.free_period_s)
-            if self.freed:
-                self.freed = 0
-                self._record()
+            self._flush_freed()
+
+    def _flush_freed(self) -> None:
+        if self.freed:
+            self.freed = 0
+            self._record()
 
     def run(self) -> Timeline:
         self._record()
