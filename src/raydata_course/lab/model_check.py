@@ -60,6 +60,8 @@ PEAK_TOLERANCE = 0.15
 THROUGHPUT_TOLERANCE = 0.20
 #: phases of the raylet's free timer the model runs at (evenly spaced over one period).
 FREE_PHASES = 4
+#: the tasks' CPU times in ``meta["task_s"]`` (runs from before the lab recorded them lack these).
+_CPU_KEYS = frozenset({"read_block_cpu_s", "decode_block_cpu_s"})
 
 
 def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: float, budget_bytes: int,
@@ -87,7 +89,7 @@ def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: f
     if missing:
         raise KeyError(f"task_s lacks {sorted(missing)}; this results.json predates the lab's task timing: "
                        "run `make lab` again.")
-    if cpu_time and not {"read_block_cpu_s", "decode_block_cpu_s"} <= set(task_s):
+    if cpu_time and not _CPU_KEYS <= set(task_s):
         raise KeyError("task_s lacks the tasks' CPU times (read_block_cpu_s, decode_block_cpu_s); this "
                        "results.json predates them: run `make lab` again, or compare at wall time.")
     kind = "_cpu_s" if cpu_time else "_s"
@@ -168,7 +170,7 @@ def compare(*result_files: str | Path) -> list[dict[str, Any]]:
             meta = data["meta"]
             task_s = meta.get("task_s") or {}
             cap = int(meta.get("pipeline", {}).get("format_cap", 4))
-            has_cpu = {"read_block_cpu_s", "decode_block_cpu_s"} <= set(task_s)
+            has_cpu = _CPU_KEYS <= set(task_s)
             for (variant, setting), runs in _variant_runs(data).items():
                 free_ms = runs[0].get("free_objects_period_ms")
                 kwargs = dict(step_s=statistics.median(r["step_s_median"] for r in runs),
