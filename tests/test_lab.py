@@ -204,6 +204,16 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     local = RayDataProbe.samples()
     assert len(local) >= len(samples) and {s.limit_bytes for s in local if s.limit_bytes > 0} == {64 * MiB}
     assert "MapBatches(slow)" in RayDataProbe.operators()[-1]
+    # per operator: the usage sums to the global figure, and the peak says where it sat
+    from raydata_course.lab.session import _believed_operators
+
+    for s in samples:
+        assert len(s["op_bytes"]) == len(s["op_pending_bytes"]) == len(s["op_tasks"]) == len(s["operators"])
+        assert sum(s["op_bytes"]) == s["usage_bytes"]
+        assert all(0 <= p <= b for p, b in zip(s["op_pending_bytes"], s["op_bytes"]))
+    where = _believed_operators(samples)
+    top = max(s["usage_bytes"] for s in samples)
+    assert sum(o["bytes"] for o in where) == top and "MapBatches" in where[-1]["operator"]
 
 
 def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0):
@@ -240,7 +250,19 @@ def test_push_targets_per_setting_and_throughput_ratios():
     over = push_targets([_result("train-slow", peak_mib=300), _result("train-slow-push", peak_mib=1.06 * 256)], 0)
     assert [c["met"] for c in over] == [False, False, True]
     table = markdown_rows(format_push_targets(over))
-    assert [r[-1] for r in table[1:]] == ["MISSED", "MISSED", "met"] and table[1][3] == "<= 1.05"
+    assert [r[4] for r in table[1:]] == ["MISSED", "MISSED", "met"] and table[1][3] == "<= 1.05"
+    # a missed believed-usage target says where Ray Data's bytes sat at its peak (the repeat
+    # with the highest), operator by operator
+    spike = _result("train-fast-push", peak_mib=300, delay=0.0, believed_mib=531)
+    spike.peak_breakdown["believed_operators"] = [
+        {"operator": "ReadFilesParquetV2", "bytes": 383 * MiB, "pending_bytes": 255 * MiB, "tasks": 1},
+        {"operator": "MapBatches", "bytes": 148 * MiB, "pending_bytes": 0, "tasks": 0}]
+    low = _result("train-fast-push", peak_mib=300, delay=0.0, believed_mib=300)
+    low.peak_breakdown["believed_operators"] = [{"operator": "MapBatches", "bytes": 300 * MiB, "pending_bytes": 0}]
+    believed = [c for c in push_targets([_result("train-fast", peak_mib=600, delay=0.0), spike, low], 0)
+                if c["target"].startswith("push: Ray Data's")]
+    assert believed[0]["where"] == "ReadFilesParquetV2 383 (255 pending) / MapBatches 148"
+    assert markdown_rows(format_push_targets(believed))[1][5] == believed[0]["where"]
     assert push_targets([_result("driver-slow", peak_mib=400)]) == [] and format_push_targets([]) == ""
 
 

@@ -359,3 +359,70 @@ def test_torch_trainer_workers_get_push_shards(ray_cluster, tmp_path):
         ids = [i for _, (e, part) in got if e == epoch for i in part]
         assert sorted(ids) == list(range(200))
     ray.kill(sink)
+
+
+def test_a_sender_waits_as_a_consumer_only_when_its_consumer_runs_short():
+    """Ray Data relaxes its terminal operator's output backpressure while a consumer waits in
+    ``get_output_blocking``; a sender whose consumer still holds a whole batch polls instead
+    (``PushSplitCoordinator._await_output``), and blocks only once the consumer runs short,
+    a block is ready, or the execution ended."""
+    from raydata_course.push_split.coordinator import PushSplitCoordinator
+    from raydata_course.push_split.flow import SplitFlow
+
+    class Queue:
+        ready = False
+
+        def has_next(self, split_idx):
+            return self.ready
+
+    class State:
+        def __init__(self):
+            self.output_queue, self._finished, self._exception = Queue(), False, None
+
+    class Executor:
+        def __init__(self):
+            self._output_node = (None, State())
+
+    coordinator = object.__new__(PushSplitCoordinator)  # the method under test needs no actor
+    coordinator._cond = threading.Condition(threading.RLock())
+    coordinator._epoch, coordinator._epoch_error = 0, None
+    flow = SplitFlow(target_rows=40, host=None, batch_rows=10)
+    coordinator._flows = {0: flow}
+    executor = Executor()
+
+    def waits(timeout_s=0.3):
+        done = []
+        t = threading.Thread(target=lambda: done.append(coordinator._await_output(0, 0, executor)), daemon=True)
+        t.start()
+        t.join(timeout_s)
+        return t, done
+
+    # the consumer has nothing: wait in Ray Data's call at once, as a starving consumer
+    assert waits()[1] == [True]
+    # it holds a whole batch and no block is ready: poll, do not count as waiting
+    seq = flow.push(object(), 10, 100)
+    t, done = waits()
+    assert t.is_alive() and done == []
+    # it asks for its next batch (the batch is consumed): now it does wait
+    with coordinator._cond:
+        flow.apply([RowRange(seq, 0, 10)], released=False)
+        coordinator._cond.notify_all()
+    t.join(2.0)
+    assert done == [True]
+    # a block ready, or the execution ended or failed: take it at once
+    flow.push(object(), 10, 100)
+    executor._output_node[1].output_queue.ready = True
+    assert waits()[1] == [True]
+    executor._output_node[1].output_queue.ready = False
+    executor._output_node[1]._finished = True
+    assert waits()[1] == [True]
+    executor._output_node[1]._finished = False
+    t, done = waits()
+    assert t.is_alive()
+    with coordinator._cond:  # the epoch moves on meanwhile: the sender stops
+        coordinator._epoch = 1
+        coordinator._cond.notify_all()
+    t.join(2.0)
+    assert done == [False]
+    # another Ray release without these internals: block at once, as before
+    assert coordinator._await_output(1, 0, object()) is True

@@ -27,7 +27,7 @@ from raydata_course.units import MiB
 __all__ = ["summarize", "format_table", "HIDDEN_VS_MODEL_RANGE", "quick_check", "pull_push_pairs",
            "format_push_table", "PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "PUSH_PEAK_MAX_FREE0",
            "PUSH_PEAK_MAX_LAZY", "push_targets", "format_gpu_table",
-           "format_push_targets", "format_versions_table", "load_results", "save_results"]
+           "believed_where", "format_push_targets", "format_versions_table", "load_results", "save_results"]
 
 
 def _mib(num_bytes: float) -> str:
@@ -149,8 +149,11 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     overage, the bytes of the store's largest classified sample split into referenced by the
     executor / referenced by the push split's windows (the coordinator's refs) /
     pinned-unreferenced / freed-not-deleted,
-    push's peak as a fraction of pull's, and push / pull throughput (overall and mid-run
-    batches/s). Every run's wall time is listed.
+    push's peak as a fraction of pull's, push / pull throughput (overall and mid-run
+    batches/s), and where a consumer's time went: its training step and its wait for the
+    next batch (medians, seconds). A slower step under push with no more waiting is CPU the
+    producer takes while the consumers train, instead of before (pull's hidden buffers let
+    the producer run ahead). Every run's wall time is listed.
 
     Returns:
         A Markdown table (empty string when no push variant ran).
@@ -160,7 +163,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                else f"free_objects_period_milliseconds={free_objects_period_ms}")
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget", "overage MiB",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
-               "mid-run b/s", "push/pull overall", "push/pull mid-run", "run s"]
+               "mid-run b/s", "push/pull overall", "push/pull mid-run", "step / wait s (median)", "run s"]
     body = []
     names = pull_push_pairs(results)
     for name in names:
@@ -178,6 +181,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                 "freed": med([r.peak_breakdown.get("freed_not_deleted_bytes", 0) for r in runs]),
                 "overall": med([r.overall_batches_per_s for r in runs]),
                 "midrun": med([r.midrun_batches_per_s for r in runs]),
+                "step": med([r.step_s_median for r in runs]), "wait": med([r.wait_s_median for r in runs]),
             }
         pull, push = rows["pull"], rows["push"]
         for split, r in rows.items():
@@ -190,10 +194,11 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                          f"{r['overall']:.2f}", f"{r['midrun']:.2f}",
                          f"{push['overall'] / pull['overall']:.2f}" if both else "",
                          f"{push['midrun'] / pull['midrun']:.2f}" if both else "",
+                         f"{r['step']:.3f} / {r['wait']:.3f}",
                          ", ".join(f"{x.wall_s:.1f}" for x in r["runs"])])
     if not names:
         return ""
-    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrl")
+    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrll")
 
 
 def format_gpu_table(results: list[RunResult]) -> str:
@@ -251,9 +256,9 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
     med = statistics.median
     checks = []
 
-    def check(name, target, value, bound, at_most):
+    def check(name, target, value, bound, at_most, where=""):
         checks.append({"variant": name, "target": f"{target} {'<=' if at_most else '>='}", "value": value,
-                       "bound": bound, "met": value <= bound if at_most else value >= bound})
+                       "bound": bound, "met": value <= bound if at_most else value >= bound, "where": where})
 
     for name in pull_push_pairs(results):
         pull = [r for r in results if r.variant == name]
@@ -270,18 +275,37 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
                 pull_rate = med([getattr(r, attr) for r in pull])
                 ratio = med([getattr(r, attr) for r in push]) / pull_rate if pull_rate else 0.0
                 check(name, f"push / pull throughput, {label}", ratio, PUSH_THROUGHPUT_MIN, False)
+        top = max(push, key=lambda r: r.believed_peak_bytes)
         check(name, "push: Ray Data's believed peak / budget",
-              med([r.believed_peak_bytes / r.budget_bytes for r in push]), 1.0, True)
+              med([r.believed_peak_bytes / r.budget_bytes for r in push]), 1.0, True,
+              where=believed_where(top.peak_breakdown.get("believed_operators") or []))
     return checks
 
 
+def believed_where(operators: list[dict]) -> str:
+    """Where Ray Data's believed usage sat at its peak, in words (MiB per operator, with the
+    running tasks' estimated pending output in parentheses).
+
+    Examples:
+        >>> believed_where([{"operator": "ReadFilesParquetV2", "bytes": 383 * 2**20,
+        ...                  "pending_bytes": 255 * 2**20, "tasks": 1}])
+        'ReadFilesParquetV2 383 (255 pending)'
+    """
+    return " / ".join(f"{o['operator']} {_mib(o['bytes'])}" +
+                      (f" ({_mib(o['pending_bytes'])} pending)" if o.get("pending_bytes") else "")
+                      for o in operators)
+
+
 def format_push_targets(checks: list[dict[str, Any]]) -> str:
-    """The checks of :func:`push_targets` as a Markdown table (empty string for none)."""
+    """The checks of :func:`push_targets` as a Markdown table (empty string for none); a
+    missed believed-usage target says where Ray Data's believed bytes sat at its peak."""
     if not checks:
         return ""
     body = [[c["variant"], c["target"].rsplit(" ", 1)[0], f"{c['value']:.2f}",
-             f"{c['target'].rsplit(' ', 1)[1]} {c['bound']:.2f}", "met" if c["met"] else "MISSED"] for c in checks]
-    return markdown_table(["variant", "target", "measured", "bound", "met"], body, align="llrrl")
+             f"{c['target'].rsplit(' ', 1)[1]} {c['bound']:.2f}", "met" if c["met"] else "MISSED",
+             c.get("where", "") if not c["met"] else ""] for c in checks]
+    return markdown_table(["variant", "target", "measured", "bound", "met", "held where (MiB, at the peak)"],
+                          body, align="llrrll")
 
 
 def format_versions_table(result_files: list[Path]) -> str:

@@ -32,6 +32,7 @@ The tables and checks built on these results are :mod:`raydata_course.lab.report
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -331,6 +332,8 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         # held refs, nearest window sample) and the executor's operators
         "coordinator_bytes": min(coordinator_at_peak, peak_c.referenced_bytes) if peak_c else 0,
         "executor_bytes": max(0, peak_c.referenced_bytes - coordinator_at_peak) if peak_c else 0,
+        # where Ray Data's believed usage sat at its own peak, per operator
+        "believed_operators": _believed_operators(probe_samples),
     }
     timeline = {
         "t_s": [round(s.t_s, 3) for s in samples],
@@ -371,6 +374,24 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
     )
+
+
+def _believed_operators(probe_samples: list[dict]) -> list[dict]:
+    """Ray Data's believed usage at its highest sample, per operator that held any.
+
+    Returns:
+        ``[{"operator", "bytes", "pending_bytes", "tasks"}]``, upstream first: the operator's
+        short name (``MapBatches``, ``ReadFilesParquetV2``), its object-store usage as Ray
+        Data counts it, the part of it that is its running tasks' estimated pending output,
+        and its running tasks (empty when the probe recorded no per-operator figures).
+    """
+    top = max(probe_samples, key=lambda p: p["usage_bytes"], default=None)
+    if not top or not top.get("op_bytes"):
+        return []
+    pending = top.get("op_pending_bytes") or [0] * len(top["op_bytes"])
+    tasks = top.get("op_tasks") or [0] * len(top["op_bytes"])
+    return [{"operator": re.split(r"[\[(]", name, maxsplit=1)[0], "bytes": b, "pending_bytes": p, "tasks": n}
+            for name, b, p, n in zip(top["operators"], top["op_bytes"], pending, tasks) if b > 0]
 
 
 def _throughputs(consumers: list[dict]) -> tuple[float, float]:

@@ -11,11 +11,22 @@ Pipeline (one block = one batch, so every hidden batch pins exactly one block)::
 
 Each decoded row is a (3, 224, 224) ``uint8`` image, 150,528 bytes, plus an ``int64`` label,
 so a batch of ``batch_rows`` rows is ``batch_rows * 150,536`` bytes (223 rows ≈ 32.0 MiB).
+
+The read is one file per read task. Ray 2.60's Parquet reader (``ParquetDatasourceV2``)
+bin-packs files into read units of ``RAY_DATA_PARQUET_BIN_PACKING_BYTES`` (128 MiB by default,
+``parquet_datasource_v2.py:190-214``); ``override_num_blocks`` does not reach that packer. With
+the default, most of the lab's files become one read task and one block of nearly 128 MiB, and
+Ray Data charges that task's pending output at two more such blocks
+(``obj_store_mem_max_pending_output_per_task``, ``op_runtime_metrics.py:861-880``): at the
+start of every epoch it believed the read alone used more than the lab's whole budget, for
+one block. :func:`build_dataset` sets the unit to the largest file's size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -189,11 +200,33 @@ def SmallCNN(num_classes: int = 12):  # noqa: N802 - a factory that reads like a
     return _torch_module()(num_classes)
 
 
+#: Ray 2.60's Parquet read-unit size, an environment variable (not a public API).
+READ_UNIT_ENV = "RAY_DATA_PARQUET_BIN_PACKING_BYTES"
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str):
+    """Set an environment variable for the ``with`` block, then restore it."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
 def build_dataset(config: LabConfig, data_dir: str | Path):
     """The lab's lazy Dataset over ``data_dir`` (see the module docstring).
 
     Reads exactly the files holding ``config.num_rows`` rows (files hold a multiple of
-    ``batch_rows`` rows, see :func:`raydata_course.lab.photos.build_image_parquet`).
+    ``batch_rows`` rows, see :func:`raydata_course.lab.photos.build_image_parquet`), one
+    file per read task.
+
+    Raises:
+        ValueError: ``data_dir`` holds fewer rows than ``config.num_rows``.
     """
     import pyarrow.parquet as pq
     import ray
@@ -207,7 +240,12 @@ def build_dataset(config: LabConfig, data_dir: str | Path):
         rows += pq.read_metadata(path).num_rows
     if rows < config.num_rows:
         raise ValueError(f"{data_dir} holds {rows} rows, the variant needs {config.num_rows}; rebuild it larger.")
-    ds = ray.data.read_parquet(chosen)
+    # One file per read task: see the module docstring. The packer reads the variable when
+    # the read is planned, in this call.
+    unit_bytes = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+                     for md in (pq.read_metadata(path) for path in chosen))
+    with _env(READ_UNIT_ENV, str(unit_bytes)):
+        ds = ray.data.read_parquet(chosen)
     if rows > config.num_rows:
         ds = ds.limit(config.num_rows)
     ds = ds.repartition(target_num_rows_per_block=config.batch_rows)

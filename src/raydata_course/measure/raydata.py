@@ -55,6 +55,13 @@ class RayDataSample:
             (a materializing operator's infinite budget).
         external_consumer_bytes: bytes the consumers reported as prefetched.
         operators: the executor's physical operators, upstream first.
+        op_bytes: per operator, upstream first, Ray Data's object-store usage for it: its
+            outputs still referenced (``estimate_object_store_usage``) plus its running
+            tasks' estimated pending outputs (``resource_manager.py:189-200``).
+        op_pending_bytes: per operator, upstream first, the part of ``op_bytes`` that is
+            its running tasks' estimated pending outputs
+            (``OpRuntimeMetrics.obj_store_mem_pending_task_outputs``).
+        op_tasks: per operator, upstream first, its running tasks.
     """
 
     t_wall_s: float
@@ -65,6 +72,9 @@ class RayDataSample:
     limit_bytes: int
     external_consumer_bytes: int
     operators: list[str] = field(default_factory=list)
+    op_bytes: list[int] = field(default_factory=list)
+    op_pending_bytes: list[int] = field(default_factory=list)
+    op_tasks: list[int] = field(default_factory=list)
 
 
 try:
@@ -137,8 +147,13 @@ class RayDataProbe(_ExecutionCallback):
         limit = rm.get_global_limits().object_store_memory
         external = rm.get_external_consumer_bytes() if hasattr(rm, "get_external_consumer_bytes") else 0
         topology = getattr(executor, "_topology", None) or {}
+        op_usages = getattr(rm, "_op_usages", None) or {}
+        op_bytes = [_finite(getattr(op_usages.get(op), "object_store_memory", 0) or 0) for op in topology]
+        pending = getattr(rm, "_mem_op_internal", None) or {}
+        op_pending = [_finite(pending.get(op, 0) or 0) for op in topology]
+        op_tasks = [int(getattr(op.metrics, "num_tasks_running", 0) or 0) for op in topology]
         return RayDataSample(time.time(), now, self._pid, self._id, _finite(usage), _finite(limit),
-                             int(external), [op.name for op in topology])
+                             int(external), [op.name for op in topology], op_bytes, op_pending, op_tasks)
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()

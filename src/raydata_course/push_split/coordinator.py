@@ -7,7 +7,10 @@
   (:meth:`~PushSplitCoordinator.start_epoch`; waiters sleep on a ``threading.Condition``);
 * keeps one :class:`~raydata_course.push_split.flow.SplitFlow` per split, and a sender
   thread per split that takes the split's next block from the executor and pushes it while
-  the split's window has credit;
+  the split's window has credit; it waits for a block as a consumer, inside Ray Data's
+  output call, only when its consumer has less than one batch left
+  (:meth:`~PushSplitCoordinator._await_output`), so Ray Data's liveness rule for waiting
+  consumers lets the executor over its budget only when a consumer really waits;
 * **pushes by value**: it calls the actor that hosts the split (Ray's generic
   ``__ray_call__``, ``ray/actor.py:2841``) with the block's ``ObjectRef`` as a top-level
   argument, so Ray resolves it and the host receives the block, local to its node, before
@@ -60,6 +63,9 @@ logger = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 10.0
 #: how many (time, bytes) points of the pushed-but-unconsumed history debug_state keeps.
 _HISTORY_LIMIT = 20_000
+#: seconds between a sender's looks at its split's output queue while its consumer has a
+#: whole batch to read (see ``PushSplitCoordinator._await_output``).
+_OUTPUT_POLL_S = 0.01
 #: ``"adaptive"``: budget-aware windows that follow the consumers (:mod:`.window`);
 #: ``"fixed"``: every window is what its consumer asked for, ``prefetch_batches * batch_size``.
 WINDOW_POLICIES = ("adaptive", "fixed")
@@ -409,7 +415,10 @@ class PushSplitCoordinator:
                     return
                 draining = flow.finished
                 output_iterator = self._output_iterator
+                executor = self._executor
             if not pending:
+                if not draining and not self._await_output(epoch, split_idx, executor):
+                    return
                 try:
                     bundle = output_iterator.get_next(split_idx)
                 except StopIteration:
@@ -428,6 +437,37 @@ class PushSplitCoordinator:
             entry, block_slice = pending.popleft()
             self._push_block(epoch, split_idx, entry, block_slice)
             del entry
+
+    def _await_output(self, epoch: int, split_idx: int, executor) -> bool:
+        """Wait for the split's next block without counting as a waiting consumer, until its
+        consumer runs short; False when the epoch ended or failed meanwhile.
+
+        Ray Data relaxes the terminal operator's output backpressure while any consumer is
+        blocked in ``get_output_blocking`` (``streaming_executor_state.py:196-211``: with an
+        external consumer, it unblocks when ``num_waiting_consumers > 0``, counted at
+        ``:562-566``), so that operator goes on producing over the budget. A sender with
+        credit is not a starving consumer: its consumer may hold a whole batch still to read. So the sender
+        polls the split's output queue (``output_queue.has_next``) and enters the blocking
+        call only when a block is there, the execution has ended, or its consumer has less
+        than one batch pushed and not yet consumed: then the consumer does wait, and Ray
+        Data's liveness rule is what it is for. Without the executor's internals (another
+        Ray release), it blocks at once, as before.
+        """
+        _, state = getattr(executor, "_output_node", (None, None))
+        queue = getattr(state, "output_queue", None)
+        if queue is None or not hasattr(queue, "has_next"):
+            return True
+        while True:
+            if queue.has_next(split_idx) or getattr(state, "_finished", True) or \
+                    getattr(state, "_exception", None) is not None:
+                return True
+            with self._cond:
+                if self._epoch != epoch or self._epoch_error is not None:
+                    return False
+                flow = self._flows[split_idx]
+                if flow.finished or flow.rows_pushed - flow.rows_consumed < max(flow.batch_rows, 1):
+                    return True
+                self._cond.wait(_OUTPUT_POLL_S)
 
     def _push_block(self, epoch: int, split_idx: int, entry, block_slice) -> None:
         meta = entry.metadata
