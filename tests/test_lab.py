@@ -344,3 +344,29 @@ def test_the_gpu_table_and_the_gpu_check_without_cuda(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "needs a CUDA device" in proc.stderr, proc.stderr[-2000:]
     assert not any(tmp_path.iterdir()), "the check wrote results without a GPU"
+
+
+def test_the_push_timeline_draws_the_executor_s_lowered_limit(tmp_path):
+    """Where the push split ran the executor under a limit below the budget, the push panel
+    draws that limit beside the budget; a pull run, whose limit is the budget, does not."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from raydata_course.lab.plots import plot_pull_vs_push
+
+    def run(split, limits_mib):
+        n = len(limits_mib)
+        return {"variant": f"train-slow{'-push' if split == 'push' else ''}", "split": split, "repeat": 0,
+                "budget_bytes": 256 * MiB, "config": {"batch_rows": 10, "prefetch_batches": 4},
+                "timeline": {"hidden_t_s": [0.0, 1.0], "referenced_bytes": [100 * MiB, 200 * MiB],
+                             "hidden_bytes": [0, 0], "classified_used_bytes": [100 * MiB, 220 * MiB],
+                             "believed_t_s": [0.5 * i for i in range(n)], "believed_bytes": [150 * MiB] * n,
+                             "limit_bytes": [b * MiB for b in limits_mib],
+                             "window_t_s": [0.0, 1.0], "windows_rows": [[10, 10], [20, 10]],
+                             "window_held_bytes": [64 * MiB, 96 * MiB]}}
+
+    fig = plot_pull_vs_push(run("pull", [256, 256]), run("push", [256, 206, 194]), tmp_path / "f.png")
+    pull_ax, push_ax = fig.axes[0], fig.axes[1]
+    assert "the executor's limit" in push_ax.get_legend_handles_labels()[1]
+    assert "the executor's limit" not in pull_ax.get_legend_handles_labels()[1]
+    assert (tmp_path / "f.png").stat().st_size > 0

@@ -152,6 +152,8 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert state["window"] == "adaptive" and state["window_history"], state["window_events"]
     history = state["window_history"]
     assert {h["budget_bytes"] for h in history} - {None} == {24 * MiB}  # None: before its first update
+    # the executor runs under the budget less the headroom, never below half of it
+    assert all(12 * MiB <= h["limit_bytes"] <= 24 * MiB for h in history if h["limit_bytes"])
     assert all(batch_rows <= w <= batch_rows * prefetch for h in history for w in h["windows_rows"])
     assert state["window_events"], "the controller never moved a window"
     final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
@@ -426,3 +428,26 @@ def test_a_sender_waits_as_a_consumer_only_when_its_consumer_runs_short():
     assert done == [False]
     # another Ray release without these internals: block at once, as before
     assert coordinator._await_output(1, 0, object()) is True
+
+
+def test_the_coordinator_sets_the_limit_of_its_own_executor_only():
+    """The control thread lowers the executor's limit through the executor's own options (a
+    copy made when the epoch starts) and makes the resource manager re-read them now."""
+    from ray.data import ExecutionOptions, ExecutionResources
+
+    from raydata_course.push_split.coordinator import _set_executor_limit
+
+    class RM:
+        _global_limits_last_update_time = 123.0
+
+    class Executor:
+        pass
+
+    shared = ExecutionOptions(resource_limits=ExecutionResources(object_store_memory=256))
+    executor = Executor()
+    executor._options, executor._resource_manager = __import__("copy").copy(shared), RM()
+    _set_executor_limit(executor, 194)
+    assert executor._options.resource_limits.object_store_memory == 194
+    assert executor._resource_manager._global_limits_last_update_time == 0
+    assert shared.resource_limits.object_store_memory == 256  # the dataset's context is untouched
+    _set_executor_limit(Executor(), 100)  # an executor without these internals: nothing to do

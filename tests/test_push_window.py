@@ -183,3 +183,27 @@ def test_windows_fit_the_budget_minus_the_operators_need():
     for _ in range(100):  # believed usage over the budget every tick: pressure keeps the floor
         c.tick(Observation(budget_bytes=1000, usage_bytes=1050, splits=[starved], operators_need_bytes=300))
     assert c.windows_rows == [10]
+
+
+def test_the_executor_limit_leaves_the_headroom_ray_data_takes_over_it():
+    """Ray Data's believed usage runs over the limit it is given by about one task per
+    operator; the controller measures that overshoot as the headroom and lowers the
+    executor's limit by it (never below half the budget), keeps it through an idle spell and
+    hands it to the next epoch's controller."""
+    idle = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
+
+    def tick(c, usage, limit, budget=256):
+        c.tick(Observation(budget_bytes=budget, usage_bytes=usage, splits=[idle], operators_need_bytes=50,
+                           limit_bytes=limit))
+        return c.headroom_bytes, c.executor_limit_bytes
+
+    c = WindowController([SplitRequest(10, 40)], headroom_decay=0.5)
+    assert tick(c, 100, 256) == (50, 206)  # no overshoot yet: the operators' need
+    assert tick(c, 268, 206) == (62, 194)  # 62 over the limit it ran under
+    assert tick(c, 0, 194) == (62, 194)  # the executor holds nothing: no decay
+    assert tick(c, 100, 194) == (50, 206)  # decays, not below the need
+    assert tick(c, 500, 206) == (294, 128)  # a huge overshoot: the floor, half the budget
+    assert WindowController([SplitRequest(10, 40)], headroom_bytes=62).limit_for(256) == 194
+    unknown = WindowController([SplitRequest(10, 40)])
+    unknown.tick(Observation(budget_bytes=None, usage_bytes=10, splits=[idle]))
+    assert unknown.executor_limit_bytes is None

@@ -85,7 +85,8 @@ def plot_breakdown(summary_rows: list[dict], runs: list[dict], path: str | Path 
 def plot_memory_split(result: dict, ax):
     """Stacked memory of one run at its classified samples: referenced, pinned but
     unreferenced, freed but not yet deleted (the rest of plasma ``used``), with Ray
-    Data's belief and its budget as lines.
+    Data's belief and its budget as lines, and the executor's own limit where the push split
+    lowered it below the budget.
 
     Args:
         result: one run of ``results.json`` (a ``RunResult`` as a dict).
@@ -106,6 +107,11 @@ def plot_memory_split(result: dict, ax):
     ax.plot(t["believed_t_s"], [b / MiB for b in t["believed_bytes"]], color="black", linewidth=1,
             label="Ray Data believes")
     ax.axhline(result["budget_bytes"] / MiB, color="tab:green", linestyle=":", label="Ray Data budget")
+    limits = t.get("limit_bytes") or []
+    if any(0 < b < result["budget_bytes"] for b in limits):  # the push split lowered the executor's limit
+        pts = [(x, b / MiB) for x, b in zip(t["believed_t_s"], limits) if b > 0]
+        ax.step([x for x, _ in pts], [b for _, b in pts], where="post", color="tab:green", linewidth=0.8,
+                label="the executor's limit")
     free_ms = result.get("free_objects_period_ms")
     setting = "lazy free 1000 ms" if free_ms is None else f"free period {free_ms} ms"
     ax.set_title(f"{result['variant']} ({result.get('split', 'pull')}, {setting}, epoch {result['repeat']})",

@@ -290,8 +290,10 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
              windows: list[dict] = ()) -> RunResult:
     model = hidden_batches(config.prefetch_batches)
     peak = max((s.used_bytes for s in samples), default=0)
+    # The budget the variant set. The executor's own limit may be lower: the push split
+    # lowers it by the headroom Ray Data takes over its limit (push_split.window).
     limits = [p["limit_bytes"] for p in probe_samples if p["limit_bytes"] > 0]
-    budget = max(limits) if limits else config.budget_bytes
+    budget = config.budget_bytes or (max(limits) if limits else 0)
     believed = [p["usage_bytes"] for p in probe_samples]
     hidden = [s.pinned_unreferenced_bytes for s in samples if s.pinned_unreferenced_bytes is not None]
     hidden_peak = max(hidden, default=0)

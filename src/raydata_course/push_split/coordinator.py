@@ -29,7 +29,10 @@
   (the resource manager's ``_global_limits`` and ``_global_usage``, read as attributes, as
   a thread outside the scheduling loop should, ``resource_manager.py:128-130``), each
   split's held bytes and its consumer's reported waiting, each operator's need, and, with
-  ``steer_on_store``, the object store's measured usage, and applies the windows.
+  ``steer_on_store``, the object store's measured usage, and applies the windows; it also
+  runs the executor at the budget minus the headroom Ray Data takes over its limit
+  (:attr:`~raydata_course.push_split.window.WindowController.executor_limit_bytes`), through
+  the executor's own copy of its options.
 
 It copies the dataset's ``DataContext`` into its process, as Ray's ``SplitCoordinator`` does
 (``stream_split_iterator.py:210-211``), so execution options, budgets and execution callbacks
@@ -39,6 +42,7 @@ apply to the executions it runs.
 from __future__ import annotations
 
 import collections
+import copy
 import contextlib
 import logging
 import re
@@ -52,7 +56,7 @@ from raydata_course._util import cause_chain
 from raydata_course.push_split.flow import SplitFlow
 from raydata_course.push_split.inbox import deliver
 from raydata_course.push_split.messages import Arrival, Delivery, Parcel, PushSplitError, RowRange
-from raydata_course.push_split.window import Observation, SplitRequest, SplitState, WindowController
+from raydata_course.push_split.window import Observation, SplitRequest, SplitState, WindowController, executor_limit
 
 __all__ = ["PushSplitCoordinator", "FETCH_TIMEOUT_S", "WINDOW_POLICIES"]
 
@@ -66,6 +70,8 @@ _HISTORY_LIMIT = 20_000
 #: seconds between a sender's looks at its split's output queue while its consumer has a
 #: whole batch to read (see ``PushSplitCoordinator._await_output``).
 _OUTPUT_POLL_S = 0.01
+#: the executor's limit changes only when the controller's differs by at least this (bytes).
+_LIMIT_STEP_BYTES = 1 << 20
 #: ``"adaptive"``: budget-aware windows that follow the consumers (:mod:`.window`);
 #: ``"fixed"``: every window is what its consumer asked for, ``prefetch_batches * batch_size``.
 WINDOW_POLICIES = ("adaptive", "fixed")
@@ -132,6 +138,19 @@ def _ship_windows(records: list[dict]) -> None:
         pass
 
 
+def _set_executor_limit(executor, limit_bytes: int) -> None:
+    """Run ``executor`` under an object-store limit of ``limit_bytes`` from now on: its own
+    options' ``resource_limits`` (a copy the coordinator gave it), re-read at the resource
+    manager's next refresh, forced now (``resource_manager.py:280-310`` re-reads the options
+    once a second)."""
+    options = getattr(executor, "_options", None)
+    rm = getattr(executor, "_resource_manager", None)
+    if options is None or rm is None:
+        return
+    options.resource_limits = options.resource_limits.copy(object_store_memory=limit_bytes)
+    rm._global_limits_last_update_time = 0
+
+
 def _budget_and_usage(executor) -> tuple[Optional[int], int, Optional[int]]:
     """Ray Data's object-store limit (None when unknown or unlimited), its believed usage and
     its operators' need (one task's pending output per operator, summed; None before Ray Data
@@ -196,6 +215,8 @@ class PushSplitCoordinator:
         self._warned: set[str] = set()  # the controllers' warnings, each logged once per split group
         self._window_history: list[dict] = []  # the window samples (see _window_records)
         self._store_sampler = None
+        self._headroom_bytes = 0.0  # WindowController.headroom_bytes, carried across epochs
+        self._budget_bytes: Optional[int] = None  # the budget the executor was given (B)
 
         self._ctx = split_dataset.context.copy()
         ray.data.DataContext._set_current(self._ctx)
@@ -286,6 +307,11 @@ class PushSplitCoordinator:
             if error is None:
                 try:
                     executor = self._ds._create_executor()
+                    # Its own options: the control thread lowers its limit (the headroom)
+                    # without touching the dataset's context, which the next epoch reads.
+                    if hasattr(executor, "_options"):
+                        executor._options = copy.copy(executor._options)
+                        self._apply_headroom(executor)
                     output_iterator = self._ds._build_bundle_iterator(executor)
                     executor.set_external_consumer_bytes(0)  # registers the external consumers
                 except Exception as exc:  # noqa: BLE001
@@ -331,7 +357,7 @@ class PushSplitCoordinator:
             return
         self._controller = WindowController(
             [SplitRequest(batch_rows=min(f.batch_rows, f.target_rows), requested_rows=f.target_rows) for f in flows],
-            steer_on_store=self._steer_on_store, warned=self._warned)
+            steer_on_store=self._steer_on_store, warned=self._warned, headroom_bytes=self._headroom_bytes)
         for flow, rows in zip(flows, self._controller.windows_rows):
             flow.set_target_rows(rows)
         threading.Thread(target=self._control_loop, args=(self._epoch, self._controller), daemon=True,
@@ -358,10 +384,17 @@ class PushSplitCoordinator:
                                      waited_s=f.take_waited_s(),
                                      ready_rows=max(0, f.rows_pushed - f.rows_consumed - f.batch_rows))
                           for f in flows]
-            budget_bytes, usage_bytes, need_bytes = _budget_and_usage(executor)
+            limit_bytes, usage_bytes, need_bytes = _budget_and_usage(executor)
+            if self._budget_bytes is None:  # the first limit read: epoch 0 starts at the budget
+                self._budget_bytes = limit_bytes
+            budget_bytes = self._budget_bytes
             store_bytes = self._store_used_bytes() if self._steer_on_store else None
             windows = controller.tick(Observation(budget_bytes, usage_bytes, states, store_bytes,
-                                                  operators_need_bytes=need_bytes))
+                                                  operators_need_bytes=need_bytes, limit_bytes=limit_bytes))
+            self._headroom_bytes = controller.headroom_bytes
+            if controller.executor_limit_bytes is not None and limit_bytes is not None and \
+                    abs(controller.executor_limit_bytes - limit_bytes) >= _LIMIT_STEP_BYTES:
+                _set_executor_limit(executor, controller.executor_limit_bytes)
             with self._cond:
                 if self._epoch != epoch:
                     return
@@ -372,8 +405,17 @@ class PushSplitCoordinator:
                         "t": time.time(), "epoch": epoch, "windows_rows": windows, "budget_bytes": budget_bytes,
                         "usage_bytes": usage_bytes, "held_bytes": sum(s.held_bytes for s in states),
                         "store_bytes": store_bytes, "operators_need_bytes": need_bytes,
-                        "reserve_bytes": int(controller.reserve_bytes), "key": self._key})
+                        "reserve_bytes": int(controller.reserve_bytes), "limit_bytes": limit_bytes,
+                        "headroom_bytes": int(controller.headroom_bytes), "key": self._key})
                 self._cond.notify_all()
+
+    def _apply_headroom(self, executor) -> None:
+        """Start a new epoch's executor at the limit the previous epochs' headroom calls for
+        (adaptive windows, once the budget is known; epoch 0 starts at the budget)."""
+        if self._window != "adaptive" or self._budget_bytes is None or self._headroom_bytes <= 0:
+            return
+        executor._options.resource_limits = executor._options.resource_limits.copy(
+            object_store_memory=executor_limit(self._budget_bytes, self._headroom_bytes))
 
     def _store_used_bytes(self) -> Optional[int]:
         """The object store's measured usage, summed over nodes (None if a reading fails)."""

@@ -24,10 +24,20 @@ drops below one batch (``batch_size`` rows): a consumer cannot finish a batch, a
 free anything, before it holds a whole one. When even one batch per consumer does not fit,
 the floor wins and the split logs it once.
 
-Lowering the executor's own limit as well (to make room for the overshoot its liveness rules
-allow) was tried and dropped: Ray Data's believed usage counts the pending outputs of tasks
-already running, a lower limit starved the consumers, and starved consumers make the
-executor start more tasks, not fewer.
+**The executor's limit.** Ray Data itself goes over its limit by design: its allocator
+reserves every operator at least one task's pending output, and "object_store_memory can be
+oversubscribed" (``resource_manager.py:760-771``), so its believed usage runs up to about one
+task per operator over the limit it was given. The controller measures that overshoot
+(believed usage minus the executor's current limit, as a maximum that decays by
+``headroom_decay`` per tick while the executor holds anything, never below ``R``) as the
+*headroom* ``H``, and gives the executor
+``max(B - H, B * min_limit_fraction)`` as its limit (:attr:`WindowController.executor_limit_bytes`),
+so that Ray Data's believed usage, overshoot included, stays near ``B``. The headroom carries
+over from one epoch's controller to the next (``headroom_bytes``). This works only because
+the coordinator waits for the executor as a consumer only when its consumer runs short
+(``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
+whenever its window had credit kept the executor's liveness rule for waiting consumers on,
+and a lower limit then only starved the consumers.
 
 **The rule, each tick, per split** (windows in rows, one *step* = one batch):
 
@@ -68,8 +78,8 @@ Examples:
     ([200, 200], [300, 300], [400, 400])
     >>> over = Observation(budget_bytes=1000, usage_bytes=1100, operators_need_bytes=200, splits=[
     ...     SplitState(bytes_per_row=1.0, held_bytes=400, waited_s=0.0, ready_rows=300)] * 2)
-    >>> c.tick(over), c.reserve_bytes
-    ([200, 200], 200.0)
+    >>> c.tick(over), c.reserve_bytes, c.headroom_bytes, c.executor_limit_bytes
+    ([200, 200], 200.0, 200.0, 800)
 """
 
 from __future__ import annotations
@@ -78,9 +88,21 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["SplitRequest", "SplitState", "Observation", "WindowController", "WindowEvent"]
+__all__ = ["SplitRequest", "SplitState", "Observation", "WindowController", "WindowEvent", "executor_limit"]
 
 logger = logging.getLogger(__name__)
+
+
+def executor_limit(budget_bytes: int, headroom_bytes: float, min_limit_fraction: float = 0.5) -> int:
+    """The object-store limit to give the executor so that its believed usage, with the
+    overshoot Ray Data allows itself (``headroom_bytes``), fits ``budget_bytes``:
+    ``max(B - H, B * min_limit_fraction)``, in bytes.
+
+    Examples:
+        >>> executor_limit(256, 62), executor_limit(256, 200)
+        (194, 128)
+    """
+    return int(max(budget_bytes - headroom_bytes, budget_bytes * min_limit_fraction))
 
 
 @dataclass(frozen=True)
@@ -129,6 +151,9 @@ class Observation:
             object_store_bytes_used``), or None when not sampled.
         operators_need_bytes: Ray Data's estimate of one task's pending output, summed over
             the executor's operators; None before it has one.
+        limit_bytes: the object-store limit the executor runs under now (what
+            :attr:`WindowController.executor_limit_bytes` set, or ``budget_bytes``); None when
+            not known.
     """
 
     budget_bytes: Optional[int]
@@ -136,6 +161,7 @@ class Observation:
     splits: list[SplitState]
     store_bytes: Optional[int] = None
     operators_need_bytes: Optional[int] = None
+    limit_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -163,10 +189,21 @@ class WindowController:
             starved it.
         reserve_decay: per-tick factor by which the remembered operator need decays
             (0.98 at 10 Hz forgets half in about 3.5 s).
+        headroom_decay: per-tick factor by which the headroom decays while the executor holds
+            anything (0.9998 at 10 Hz forgets half in about 6 minutes: the overshoot is Ray
+            Data's structure, about one task per operator, and comes back in short spikes
+            that a 10 Hz tick catches only now and then).
+        headroom_bytes: the headroom ``H`` to start from (the previous epoch's
+            :attr:`headroom_bytes`), in bytes.
+        min_limit_fraction: the executor's limit never goes below this fraction of the budget.
 
     Attributes:
         windows_rows: the current window of each split, in rows.
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
+        headroom_bytes: how far Ray Data's believed usage went over the executor's limit
+            (decaying maximum, at least ``R``), in bytes.
+        executor_limit_bytes: the object-store limit the executor should run under,
+            ``max(B - H, B * min_limit_fraction)``; None while the budget is unknown.
         events: every window change (:class:`WindowEvent`).
         warnings: the messages this controller logged.
         warned: kinds of warning already logged (pass one set to several controllers, one
@@ -183,7 +220,11 @@ class WindowController:
     patience_ticks: int = 5
     max_patience_ticks: int = 80
     reserve_decay: float = 0.98
+    headroom_decay: float = 0.9998
+    headroom_bytes: float = 0.0
+    min_limit_fraction: float = 0.5
     windows_rows: list[int] = field(init=False)
+    executor_limit_bytes: Optional[int] = field(init=False, default=None)
     reserve_bytes: float = field(init=False, default=0.0)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
@@ -218,6 +259,12 @@ class WindowController:
         held = sum(s.held_bytes for s in obs.splits)
         need = obs.operators_need_bytes if obs.operators_need_bytes is not None else max(obs.usage_bytes - held, 0)
         self.reserve_bytes = max(float(need), self.reserve_bytes * self.reserve_decay)
+        limit = obs.limit_bytes if obs.limit_bytes is not None else obs.budget_bytes
+        overshoot = 0.0 if limit is None else float(obs.usage_bytes - limit)
+        kept = self.headroom_bytes * (self.headroom_decay if obs.usage_bytes > 0 else 1.0)
+        self.headroom_bytes = max(overshoot, kept, self.reserve_bytes)
+        if obs.budget_bytes is not None:
+            self.executor_limit_bytes = self.limit_for(obs.budget_bytes)
         bound = None if obs.budget_bytes is None else obs.budget_bytes - self.reserve_bytes
         pressure = obs.budget_bytes is not None and (
             obs.usage_bytes > obs.budget_bytes
@@ -247,6 +294,11 @@ class WindowController:
         if bound is not None:
             self._enforce(obs, bound)
         return list(self.windows_rows)
+
+    def limit_for(self, budget_bytes: int) -> int:
+        """The executor's object-store limit for a budget of ``budget_bytes`` at the current
+        headroom (:func:`executor_limit`), in bytes."""
+        return executor_limit(budget_bytes, self.headroom_bytes, self.min_limit_fraction)
 
     # ------------------------------------------------------------------ helpers
 
