@@ -451,3 +451,11 @@ def test_the_coordinator_sets_the_limit_of_its_own_executor_only():
     assert executor._resource_manager._global_limits_last_update_time == 0
     assert shared.resource_limits.object_store_memory == 256  # the dataset's context is untouched
     _set_executor_limit(Executor(), 100)  # an executor without these internals: nothing to do
+    # a limit Ray picks itself (none set), or one Ray lowers by an object-store exclusion, stays as it is
+    for options in (ExecutionOptions(),
+                    ExecutionOptions(exclude_resources=ExecutionResources(object_store_memory=3))):
+        executor._options, executor._resource_manager = options, RM()
+        before = options.resource_limits.object_store_memory
+        _set_executor_limit(executor, 100)
+        assert options.resource_limits.object_store_memory == before
+        assert executor._resource_manager._global_limits_last_update_time == 123.0

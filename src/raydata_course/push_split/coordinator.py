@@ -70,7 +70,8 @@ _HISTORY_LIMIT = 20_000
 #: seconds between a sender's looks at its split's output queue while its consumer has a
 #: whole batch to read (see ``PushSplitCoordinator._await_output``).
 _OUTPUT_POLL_S = 0.01
-#: the executor's limit changes only when the controller's differs by at least this (bytes).
+#: the executor's limit changes only when the controller's differs by at least this (bytes),
+#: or by a 64th of the budget when that is less.
 _LIMIT_STEP_BYTES = 1 << 20
 #: ``"adaptive"``: budget-aware windows that follow the consumers (:mod:`.window`);
 #: ``"fixed"``: every window is what its consumer asked for, ``prefetch_batches * batch_size``.
@@ -138,14 +139,30 @@ def _ship_windows(records: list[dict]) -> None:
         pass
 
 
+def _configured_limit(options) -> Optional[int]:
+    """The object-store limit an ``ExecutionOptions`` sets, when the headroom may lower it:
+    a finite ``resource_limits.object_store_memory`` and no object-store exclusion (Ray
+    subtracts ``exclude_resources`` from the limit, ``resource_manager.py:296-307``, and
+    refuses both set at once); None otherwise, for example when Ray picks the limit itself
+    from the cluster's store, which it re-detects as the cluster grows."""
+    import math
+
+    limit = getattr(getattr(options, "resource_limits", None), "object_store_memory", None)
+    exclude = getattr(getattr(options, "exclude_resources", None), "object_store_memory", None) or 0
+    if limit is None or not math.isfinite(limit) or limit <= 0 or exclude:
+        return None
+    return int(limit)
+
+
 def _set_executor_limit(executor, limit_bytes: int) -> None:
     """Run ``executor`` under an object-store limit of ``limit_bytes`` from now on: its own
     options' ``resource_limits`` (a copy the coordinator gave it), re-read at the resource
     manager's next refresh, forced now (``resource_manager.py:280-310`` re-reads the options
-    once a second)."""
+    once a second). Nothing happens when its options set no limit the headroom may lower
+    (:func:`_configured_limit`)."""
     options = getattr(executor, "_options", None)
     rm = getattr(executor, "_resource_manager", None)
-    if options is None or rm is None:
+    if options is None or rm is None or _configured_limit(options) is None:
         return
     options.resource_limits = options.resource_limits.copy(object_store_memory=limit_bytes)
     rm._global_limits_last_update_time = 0
@@ -391,13 +408,13 @@ class PushSplitCoordinator:
             store_bytes = self._store_used_bytes() if self._steer_on_store else None
             windows = controller.tick(Observation(budget_bytes, usage_bytes, states, store_bytes,
                                                   operators_need_bytes=need_bytes, limit_bytes=limit_bytes))
-            self._headroom_bytes = controller.headroom_bytes
-            if controller.executor_limit_bytes is not None and limit_bytes is not None and \
-                    abs(controller.executor_limit_bytes - limit_bytes) >= _LIMIT_STEP_BYTES:
-                _set_executor_limit(executor, controller.executor_limit_bytes)
             with self._cond:
                 if self._epoch != epoch:
                     return
+                self._headroom_bytes = controller.headroom_bytes
+                if controller.executor_limit_bytes is not None and limit_bytes is not None and \
+                        abs(controller.executor_limit_bytes - limit_bytes) >= min(_LIMIT_STEP_BYTES, budget_bytes / 64):
+                    _set_executor_limit(executor, controller.executor_limit_bytes)
                 for flow, rows in zip(flows, windows):
                     flow.set_target_rows(rows)
                 if len(self._window_history) < _HISTORY_LIMIT:
@@ -412,7 +429,8 @@ class PushSplitCoordinator:
     def _apply_headroom(self, executor) -> None:
         """Start a new epoch's executor at the limit the previous epochs' headroom calls for
         (adaptive windows, once the budget is known; epoch 0 starts at the budget)."""
-        if self._window != "adaptive" or self._budget_bytes is None or self._headroom_bytes <= 0:
+        if self._window != "adaptive" or self._budget_bytes is None or self._headroom_bytes <= 0 or \
+                _configured_limit(executor._options) is None:
             return
         executor._options.resource_limits = executor._options.resource_limits.copy(
             object_store_memory=executor_limit(self._budget_bytes, self._headroom_bytes))
@@ -488,7 +506,8 @@ class PushSplitCoordinator:
         blocked in ``get_output_blocking`` (``streaming_executor_state.py:196-211``: with an
         external consumer, it unblocks when ``num_waiting_consumers > 0``, counted at
         ``:562-566``), so that operator goes on producing over the budget. A sender with
-        credit is not a starving consumer: its consumer may hold a whole batch still to read. So the sender
+        credit is not a starving consumer: its consumer may still be working through a whole
+        batch (rows are reported consumed when the loop asks for the batch after theirs). So the sender
         polls the split's output queue (``output_queue.has_next``) and enters the blocking
         call only when a block is there, the execution has ended, or its consumer has less
         than one batch pushed and not yet consumed: then the consumer does wait, and Ray

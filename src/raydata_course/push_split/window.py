@@ -31,8 +31,10 @@ task per operator over the limit it was given. The controller measures that over
 (believed usage minus the executor's current limit, as a maximum that decays by
 ``headroom_decay`` per tick while the executor holds anything, never below ``R``) as the
 *headroom* ``H``, and gives the executor
-``max(B - H, B * min_limit_fraction)`` as its limit (:attr:`WindowController.executor_limit_bytes`),
-so that Ray Data's believed usage, overshoot included, stays near ``B``. The headroom carries
+``max(B - H, B * min_limit_fraction)`` as its limit (:attr:`WindowController.executor_limit_bytes`;
+the coordinator applies it only to a budget the user set, not to the limit Ray Data picks
+itself from the cluster's store), so that Ray Data's believed usage, overshoot included,
+stays near ``B``. The headroom carries
 over from one epoch's controller to the next (``headroom_bytes``). This works only because
 the coordinator waits for the executor as a consumer only when its consumer runs short
 (``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
@@ -85,6 +87,7 @@ Examples:
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -99,10 +102,10 @@ def executor_limit(budget_bytes: int, headroom_bytes: float, min_limit_fraction:
     ``max(B - H, B * min_limit_fraction)``, in bytes.
 
     Examples:
-        >>> executor_limit(256, 62), executor_limit(256, 200)
-        (194, 128)
+        >>> executor_limit(256, 62), executor_limit(256, 200), executor_limit(1, 5)
+        (194, 128, 1)
     """
-    return int(max(budget_bytes - headroom_bytes, budget_bytes * min_limit_fraction))
+    return int(max(budget_bytes - headroom_bytes, math.ceil(budget_bytes * min_limit_fraction)))
 
 
 @dataclass(frozen=True)
