@@ -232,18 +232,18 @@ def build_dataset(config: LabConfig, data_dir: str | Path):
     import ray
 
     files = sorted(Path(data_dir).glob("part-*.parquet"))
-    chosen, rows = [], 0
+    chosen, rows, unit_bytes = [], 0, 0
     for path in files:
         if rows >= config.num_rows:
             break
         chosen.append(str(path))
-        rows += pq.read_metadata(path).num_rows
+        md = pq.read_metadata(path)
+        rows += md.num_rows
+        unit_bytes = max(unit_bytes, sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)))
     if rows < config.num_rows:
         raise ValueError(f"{data_dir} holds {rows} rows, the variant needs {config.num_rows}; rebuild it larger.")
-    # One file per read task: see the module docstring. The packer reads the variable when
-    # the read is planned, in this call.
-    unit_bytes = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-                     for md in (pq.read_metadata(path) for path in chosen))
+    # One file per read task (unit_bytes: the largest file's size), see the module docstring.
+    # The packer reads the variable when the read is planned, in this call.
     with _env(READ_UNIT_ENV, str(unit_bytes)):
         ds = ray.data.read_parquet(chosen)
     if rows > config.num_rows:

@@ -157,15 +157,16 @@ def _configured_limit(options) -> Optional[int]:
 def _set_executor_limit(executor, limit_bytes: int) -> None:
     """Run ``executor`` under an object-store limit of ``limit_bytes`` from now on: its own
     options' ``resource_limits`` (a copy the coordinator gave it), re-read at the resource
-    manager's next refresh, forced now (``resource_manager.py:280-310`` re-reads the options
-    once a second). Nothing happens when its options set no limit the headroom may lower
-    (:func:`_configured_limit`)."""
+    manager's next refresh, forced now when the executor already runs
+    (``resource_manager.py:280-310`` re-reads the options once a second). Nothing happens
+    when its options set no limit the headroom may lower (:func:`_configured_limit`)."""
     options = getattr(executor, "_options", None)
-    rm = getattr(executor, "_resource_manager", None)
-    if options is None or rm is None or _configured_limit(options) is None:
+    if options is None or _configured_limit(options) is None:
         return
     options.resource_limits = options.resource_limits.copy(object_store_memory=limit_bytes)
-    rm._global_limits_last_update_time = 0
+    rm = getattr(executor, "_resource_manager", None)
+    if rm is not None:
+        rm._global_limits_last_update_time = 0
 
 
 def _budget_and_usage(executor) -> tuple[Optional[int], int, Optional[int]]:
@@ -429,11 +430,9 @@ class PushSplitCoordinator:
     def _apply_headroom(self, executor) -> None:
         """Start a new epoch's executor at the limit the previous epochs' headroom calls for
         (adaptive windows, once the budget is known; epoch 0 starts at the budget)."""
-        if self._window != "adaptive" or self._budget_bytes is None or self._headroom_bytes <= 0 or \
-                _configured_limit(executor._options) is None:
+        if self._window != "adaptive" or self._budget_bytes is None or self._headroom_bytes <= 0:
             return
-        executor._options.resource_limits = executor._options.resource_limits.copy(
-            object_store_memory=executor_limit(self._budget_bytes, self._headroom_bytes))
+        _set_executor_limit(executor, executor_limit(self._budget_bytes, self._headroom_bytes))
 
     def _store_used_bytes(self) -> Optional[int]:
         """The object store's measured usage, summed over nodes (None if a reading fails)."""
