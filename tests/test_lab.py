@@ -251,6 +251,23 @@ def test_push_targets_per_setting_and_throughput_ratios():
     assert [c["met"] for c in over] == [False, False, True]
     table = markdown_rows(format_push_targets(over))
     assert [r[4] for r in table[1:]] == ["MISSED", "MISSED", "met"] and table[1][3] == "<= 1.05"
+    # a missed peak says which bytes push held at the store's fullest sample, by holder
+    slow_push = _result("train-slow-push", peak_mib=351)
+    slow_push.peak_breakdown.update(executor_bytes=159 * MiB, coordinator_bytes=64 * MiB,
+                                    pinned_unreferenced_bytes=0, freed_not_deleted_bytes=128 * MiB)
+    missed = push_targets([_result("train-slow", peak_mib=850), slow_push], None)[0]
+    assert not missed["met"] and missed["where"] == \
+        "executor 159 / windows 64 / pinned without a ref 0 / freed, not deleted 128"
+    assert markdown_rows(format_push_targets([missed]))[1][5] == missed["where"]
+    # a missed throughput says what each split had decoded ahead when the mid-run window
+    # opened, and how long its consumers waited per batch
+    fast_pull = _result("train-fast", peak_mib=600, delay=0.0, overall=4.0, midrun=8.0)
+    fast_pull.midrun_start_store_bytes, fast_pull.wait_s_median = 640 * MiB, 0.001
+    fast_push = _result("train-fast-push", peak_mib=300, delay=0.0, overall=3.6, midrun=5.0)
+    fast_push.midrun_start_store_bytes, fast_push.wait_s_median = 200 * MiB, 0.12
+    rate = {c["target"]: c for c in push_targets([fast_pull, fast_push], 0)}
+    assert rate["push / pull throughput, mid-run >="]["where"] == \
+        "at mid-run start: pull 640, push 200 stored; wait per batch: pull 0.001 s, push 0.120 s"
     # a missed believed-usage target says where Ray Data's bytes sat at its peak (the repeat
     # with the highest), operator by operator
     spike = _result("train-fast-push", peak_mib=300, delay=0.0, believed_mib=531)

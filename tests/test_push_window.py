@@ -207,3 +207,24 @@ def test_the_executor_limit_leaves_the_headroom_ray_data_takes_over_it():
     unknown = WindowController([SplitRequest(10, 40)])
     unknown.tick(Observation(budget_bytes=None, usage_bytes=10, splits=[idle]))
     assert unknown.executor_limit_bytes is None
+
+
+def test_steering_on_the_store_also_lowers_the_executor_limit_by_the_lazily_freed_bytes():
+    """With ``steer_on_store``, bytes the store holds beyond Ray Data's belief (freed, not yet
+    deleted by the raylet) lower the executor's limit as well, as a maximum that decays with
+    the reserve; without it, or with no store reading, the limit ignores them; the floor holds."""
+    idle = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
+
+    def tick(c, usage, store):
+        c.tick(Observation(budget_bytes=256, usage_bytes=usage, splits=[idle], operators_need_bytes=50,
+                           limit_bytes=206, store_bytes=store))
+        return c.lazy_bytes, c.executor_limit_bytes
+
+    c = WindowController([SplitRequest(10, 40)], steer_on_store=True, reserve_decay=0.5)
+    assert tick(c, 100, 100) == (0, 206)  # the store holds what Ray Data believes: the headroom only
+    assert tick(c, 100, 130) == (30, 176)  # 30 bytes freed and not yet deleted
+    assert tick(c, 100, 100) == (15, 191)  # deleted: the term decays
+    assert tick(c, 100, 400) == (300, 128)  # never below half the budget
+    assert tick(c, 100, None) == (150, 128)  # a failed reading: decay only
+    blind = WindowController([SplitRequest(10, 40)], steer_on_store=False)
+    assert tick(blind, 100, 400) == (0, 206)

@@ -1,13 +1,11 @@
 """Run lab variants and measure them: the engine behind ``make lab``.
 
 One *run* = one variant on the lab's local cluster, with :class:`~raydata_course.measure.store.PlasmaSampler`
-polling the raylets at 10 Hz and :class:`LabProbe` (the course's
-:class:`~raydata_course.measure.raydata.RayDataProbe`, at 10 Hz) recording what Ray Data
-believes. From the samples
-it derives, for that run:
+polling the raylets at 10 Hz and :class:`LabProbe` (the course's :class:`~raydata_course.measure.raydata.RayDataProbe`,
+at 10 Hz) recording what Ray Data believes. From the samples it derives, for that run:
 
 - ``peak_bytes``: the highest actual object-store usage;
-- ``budget_bytes``: Ray Data's object-store limit, as its resource manager reported it;
+- ``budget_bytes``: the object-store budget the variant set (the executor's own limit may be lower);
 - ``overage_bytes = peak_bytes - budget_bytes`` (upstream's definition);
 - ``believed_peak_bytes``: the highest usage Ray Data's resource manager reported;
 - ``hidden_peak_bytes``: the most bytes pinned in memory with no ``ObjectRef`` left (the
@@ -22,7 +20,8 @@ it derives, for that run:
 - throughput: rows/s and batches/s over the consumption phase, and the median train-step time;
   ``overall_batches_per_s`` (all batches over the time from the consumers' start to the
   last batch) and ``midrun_batches_per_s`` (batches 25 %-90 % of each consumer's epoch over
-  the time they took), summed over consumers;
+  the time they took), summed over consumers; ``midrun_start_store_bytes``: the store's usage
+  as that window opens (what the producer had decoded ahead);
 - the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
   *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
   ``used``: the raylet frees objects every ``free_objects_period_milliseconds``).
@@ -99,6 +98,7 @@ class RunResult:
     #: the copies' bytes over their time, GB/s (None on CPU)
     h2d_s_median: Optional[float] = None
     h2d_gb_per_s: Optional[float] = None
+    midrun_start_store_bytes: int = 0  # the store's usage as the mid-run window opens
     peak_breakdown: dict = field(default_factory=dict)
     probe_cost: dict = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)
@@ -239,16 +239,14 @@ class LabSession:
 
         from raydata_course.lab.workload import train_loop_per_worker
 
-        use_gpu = config.device == "cuda"
-        loop_config = {k: v for k, v in asdict(config).items()}
-        dataset_config = None
-        if config.split == "push":
-            from raydata_course.push_split.train import PushDataConfig
+        from raydata_course.push_split.train import PushDataConfig
 
-            dataset_config = PushDataConfig(window=config.push_window, steer_on_store=config.push_steer_on_store)
+        use_gpu = config.device == "cuda"
+        dataset_config = PushDataConfig(window=config.push_window, steer_on_store=config.push_steer_on_store) \
+            if config.split == "push" else None
         trainer = TorchTrainer(
             train_loop_per_worker,
-            train_loop_config=loop_config,
+            train_loop_config=asdict(config),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
             scaling_config=ScalingConfig(num_workers=config.consumers, use_gpu=use_gpu,
                                          resources_per_worker={"CPU": config.cpus_per_worker}),
@@ -290,8 +288,7 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
              windows: list[dict] = ()) -> RunResult:
     model = hidden_batches(config.prefetch_batches)
     peak = max((s.used_bytes for s in samples), default=0)
-    # The budget the variant set. The executor's own limit may be lower: the push split
-    # lowers it by the headroom Ray Data takes over its limit (push_split.window).
+    # The budget the variant set; the push split lowers the executor's own limit (push_split.window).
     limits = [p["limit_bytes"] for p in probe_samples if p["limit_bytes"] > 0]
     budget = config.budget_bytes or (max(limits) if limits else 0)
     believed = [p["usage_bytes"] for p in probe_samples]
@@ -308,13 +305,14 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
     waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
     first_waits = [c["wait_s"][0] for c in consumers if c.get("wait_s")]
     peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
-    overall, midrun = _throughputs(consumers)
+    overall, midrun, mid_start_wall = _throughputs(consumers)
     classified = [s for s in samples if s.referenced_bytes is not None]
     peak_c = max(classified, key=lambda s: s.used_bytes, default=None)
     def nearest(ts, vs, at=peak_t):
         """The value of ``vs`` sampled nearest to ``at`` (0 for no samples)."""
         return vs[min(range(len(ts)), key=lambda i: abs(ts[i] - at))] if ts else 0
 
+    mid_store = nearest([x.t_s for x in samples], [x.used_bytes for x in samples], at=mid_start_wall - t_wall0)
     believed_at_peak = nearest([p["t_wall_s"] - t_wall0 for p in probe_samples], believed)
     hidden_at_peak = nearest([x.t_s for x in samples if x.pinned_unreferenced_bytes is not None], hidden)
     window_t = [w["t"] - t_wall0 for w in windows]
@@ -372,6 +370,7 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         first_batch_s=max(first_waits, default=float("nan")),
         wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
         overall_batches_per_s=overall, midrun_batches_per_s=midrun, split=config.split,
+        midrun_start_store_bytes=mid_store if mid_start_wall else 0,
         probe_cost=probe_cost, timeline=timeline,
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
@@ -396,8 +395,9 @@ def _believed_operators(probe_samples: list[dict]) -> list[dict]:
             for name, b, p, n in zip(top["operators"], top["op_bytes"], pending, tasks) if b > 0]
 
 
-def _throughputs(consumers: list[dict]) -> tuple[float, float]:
-    """(overall, mid-run) batches/s summed over consumers.
+def _throughputs(consumers: list[dict]) -> tuple[float, float, float]:
+    """(overall, mid-run) batches/s summed over consumers, and when the mid-run window
+    opened (the first consumer to reach 25 % of its epoch; wall clock, 0 for none).
 
     Overall: all batches over the time from the consumers' first start to the last batch
     (wall clock, so start-up counts). Mid-run: per consumer, the batches from 25 % to 90 % of
@@ -407,13 +407,14 @@ def _throughputs(consumers: list[dict]) -> tuple[float, float]:
     ends = [c["t_start_wall_s"] + c["batch_t_s"][-1] for c in consumers if c.get("batch_t_s")]
     batches = sum(len(c.get("batch_t_s", [])) for c in consumers)
     overall = batches / (max(ends) - min(starts)) if starts and max(ends) > min(starts) else 0.0
-    midrun = 0.0
+    midrun, opened = 0.0, []
     for c in consumers:
         t = c.get("batch_t_s", [])
         lo, hi = int(0.25 * len(t)), int(0.90 * len(t)) - 1
         if hi > lo and t[hi] > t[lo]:
             midrun += (hi - lo) / (t[hi] - t[lo])
-    return overall, midrun
+            opened.append(c["t_start_wall_s"] + t[lo])
+    return overall, midrun, min(opened, default=0.0)
 
 
 # ------------------------------------------------------------------------------ reports

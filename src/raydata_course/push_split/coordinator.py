@@ -209,7 +209,8 @@ class PushSplitCoordinator:
         liveness_interval_s: seconds between liveness checks of the actors hosting splits.
         window: one of :data:`WINDOW_POLICIES`.
         steer_on_store: (adaptive only) count the object store's measured usage over the
-            budget as pressure; it is the only signal that sees freed-but-not-yet-deleted
+            budget as pressure, and lower the executor's limit by the bytes it holds beyond
+            Ray Data's belief; it is the only signal that sees freed-but-not-yet-deleted
             bytes (one gRPC call per tick, about a millisecond).
         control_interval_s: seconds between the window controller's ticks.
 

@@ -35,7 +35,13 @@ task per operator over the limit it was given. The controller measures that over
 the coordinator applies it only to a budget the user set, not to the limit Ray Data picks
 itself from the cluster's store), so that Ray Data's believed usage, overshoot included,
 stays near ``B``. The headroom carries
-over from one epoch's controller to the next (``headroom_bytes``). This works only because
+over from one epoch's controller to the next (``headroom_bytes``). With ``steer_on_store``
+the limit also leaves room for the bytes the object store holds beyond Ray Data's belief
+(``store_bytes - usage_bytes``: under push, blocks freed but not yet deleted by the raylet,
+which deletes in batches every ``free_objects_period_milliseconds``), measured as a maximum
+that decays by ``reserve_decay`` per tick (``lazy_bytes``): the limit is then
+``max(B - H - L, B * min_limit_fraction)``, so that what the store really holds, not only
+what Ray Data counts, stays near ``B``. This works only because
 the coordinator waits for the executor as a consumer only when its consumer runs short
 (``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
 whenever its window had credit kept the executor's liveness rule for waiting consumers on,
@@ -183,7 +189,8 @@ class WindowController:
 
     Args:
         requests: one :class:`SplitRequest` per split.
-        steer_on_store: treat a measured object-store usage over the budget as pressure.
+        steer_on_store: treat a measured object-store usage over the budget as pressure,
+            and lower the executor's limit by the store's usage over Ray Data's belief.
         wait_threshold_s: a consumer that waited longer than this since the last tick
             counts as starved (seconds).
         patience_ticks: ticks without a wait, a batch ready, before a window shrinks (the
@@ -203,10 +210,12 @@ class WindowController:
     Attributes:
         windows_rows: the current window of each split, in rows.
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
+        lazy_bytes: with ``steer_on_store``, the store's measured usage over Ray Data's belief
+            ``L`` (decaying maximum; 0 without a reading), in bytes.
         headroom_bytes: how far Ray Data's believed usage went over the executor's limit
             (decaying maximum, at least ``R``), in bytes.
         executor_limit_bytes: the object-store limit the executor should run under,
-            ``max(B - H, B * min_limit_fraction)``; None while the budget is unknown.
+            ``max(B - H - L, B * min_limit_fraction)``; None while the budget is unknown.
         events: every window change (:class:`WindowEvent`).
         warnings: the messages this controller logged.
         warned: kinds of warning already logged (pass one set to several controllers, one
@@ -229,6 +238,7 @@ class WindowController:
     windows_rows: list[int] = field(init=False)
     executor_limit_bytes: Optional[int] = field(init=False, default=None)
     reserve_bytes: float = field(init=False, default=0.0)
+    lazy_bytes: float = field(init=False, default=0.0)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(init=False, default_factory=list)
@@ -266,6 +276,10 @@ class WindowController:
         overshoot = 0.0 if limit is None else float(obs.usage_bytes - limit)
         kept = self.headroom_bytes * (self.headroom_decay if obs.usage_bytes > 0 else 1.0)
         self.headroom_bytes = max(overshoot, kept, self.reserve_bytes)
+        lazy = 0.0
+        if self.steer_on_store and obs.store_bytes is not None:
+            lazy = float(max(obs.store_bytes - obs.usage_bytes, 0))
+        self.lazy_bytes = max(lazy, self.lazy_bytes * self.reserve_decay)
         if obs.budget_bytes is not None:
             self.executor_limit_bytes = self.limit_for(obs.budget_bytes)
         bound = None if obs.budget_bytes is None else obs.budget_bytes - self.reserve_bytes
@@ -300,8 +314,8 @@ class WindowController:
 
     def limit_for(self, budget_bytes: int) -> int:
         """The executor's object-store limit for a budget of ``budget_bytes`` at the current
-        headroom (:func:`executor_limit`), in bytes."""
-        return executor_limit(budget_bytes, self.headroom_bytes, self.min_limit_fraction)
+        headroom and lazily freed bytes (:func:`executor_limit` of ``H + L``), in bytes."""
+        return executor_limit(budget_bytes, self.headroom_bytes + self.lazy_bytes, self.min_limit_fraction)
 
     # ------------------------------------------------------------------ helpers
 
