@@ -228,3 +228,23 @@ def test_steering_on_the_store_also_lowers_the_executor_limit_by_the_lazily_free
     assert tick(c, 100, None) == (150, 128)  # a failed reading: decay only
     blind = WindowController([SplitRequest(10, 40)], steer_on_store=False)
     assert tick(blind, 100, 400) == (0, 206)
+
+
+def test_a_limit_lowered_for_the_lazy_free_does_not_feed_the_headroom():
+    """The coordinator applies each tick's limit; Ray Data's usage lags a lowered limit, and
+    that lag is not its overshoot: the headroom stays what Ray Data takes over the limit the
+    headroom alone sets, so the lazy term is counted once and does not carry to the next
+    epoch through the headroom."""
+    idle = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
+    c = WindowController([SplitRequest(10, 40)], steer_on_store=True)
+    limit = 256
+    for usage, store in [(256, 256), (256, 316), (256, 316), (256, 316), (250, 310)]:
+        c.tick(Observation(budget_bytes=256, usage_bytes=usage, splits=[idle], operators_need_bytes=50,
+                           limit_bytes=limit, store_bytes=store))
+        limit = c.executor_limit_bytes  # what the coordinator applies
+    assert c.headroom_bytes == 50  # the operators' need: usage never passed B - H
+    assert c.lazy_bytes == 60 and limit == 256 - 50 - 60
+    # a failed reading above the floor: the lazy term decays, the limit rises with it
+    c.tick(Observation(budget_bytes=256, usage_bytes=140, splits=[idle], operators_need_bytes=50,
+                       limit_bytes=limit, store_bytes=None))
+    assert c.lazy_bytes == 60 * c.reserve_decay and c.executor_limit_bytes == int(256 - 50 - 60 * c.reserve_decay)

@@ -251,7 +251,9 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
         free_objects_period_ms: that setting (0: lazy free off; None: the default 1000 ms).
 
     Returns:
-        One dict per check: ``variant``, ``target`` (words), ``value``, ``bound`` and ``met``.
+        One dict per check: ``variant``, ``target`` (words), ``value``, ``bound``, ``met`` and
+        ``where`` (words: :func:`peak_where` of push's median-peak run for a peak,
+        :func:`rate_where` for a throughput, :func:`believed_where` for Ray Data's belief).
     """
     med = statistics.median
     checks = []
@@ -266,7 +268,7 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
         cfg = push[0].config
         if cfg.get("step_delay_s", 0) > 0:
             limit = PUSH_PEAK_MAX_FREE0 if free_objects_period_ms == 0 else PUSH_PEAK_MAX_LAZY
-            mid = sorted(push, key=lambda r: r.peak_bytes)[len(push) // 2]
+            mid = sorted(push, key=lambda r: r.peak_bytes)[(len(push) - 1) // 2]  # the (lower) median run
             check(name, "push peak / budget", med([r.peak_bytes / r.budget_bytes for r in push]), limit, True,
                   where=peak_where(mid.peak_breakdown))
             if free_objects_period_ms == 0:
@@ -295,7 +297,9 @@ def peak_where(breakdown: dict) -> str:
     """
     parts = (("executor", "executor_bytes"), ("windows", "coordinator_bytes"),
              ("pinned without a ref", "pinned_unreferenced_bytes"), ("freed, not deleted", "freed_not_deleted_bytes"))
-    return " / ".join(f"{label} {_mib(breakdown.get(key, 0))}" for label, key in parts)
+    if any(key not in breakdown for _, key in parts):  # results from before the breakdown existed
+        return "not recorded"
+    return " / ".join(f"{label} {_mib(breakdown[key])}" for label, key in parts)
 
 
 def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
@@ -303,8 +307,12 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
     usage when the mid-run window opened (what the producer had decoded ahead, MiB) and each
     split's median wait for a batch (seconds)."""
     med = statistics.median
-    return (f"at mid-run start: pull {_mib(med([r.midrun_start_store_bytes for r in pull]))}, "
-            f"push {_mib(med([r.midrun_start_store_bytes for r in push]))} stored; wait per batch: "
+
+    def stored(runs):
+        known = [r.midrun_start_store_bytes for r in runs if r.midrun_start_store_bytes is not None]
+        return _mib(med(known)) if known else "n/a"
+
+    return (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
             f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
 
 
@@ -332,7 +340,7 @@ def format_push_targets(checks: list[dict[str, Any]]) -> str:
     body = [[c["variant"], c["target"].rsplit(" ", 1)[0], f"{c['value']:.2f}",
              f"{c['target'].rsplit(' ', 1)[1]} {c['bound']:.2f}", "met" if c["met"] else "MISSED",
              c.get("where", "") if not c["met"] else ""] for c in checks]
-    return markdown_table(["variant", "target", "measured", "bound", "met", "held where (MiB; when missed)"],
+    return markdown_table(["variant", "target", "measured", "bound", "met", "where, when missed (MiB, s)"],
                           body, align="llrrll")
 
 

@@ -5,7 +5,7 @@ polling the raylets at 10 Hz and :class:`LabProbe` (the course's :class:`~raydat
 at 10 Hz) recording what Ray Data believes. From the samples it derives, for that run:
 
 - ``peak_bytes``: the highest actual object-store usage;
-- ``budget_bytes``: the object-store budget the variant set (the executor's own limit may be lower);
+- ``budget_bytes``: the variant's object-store budget (else Ray Data's limit; the executor's may be lower);
 - ``overage_bytes = peak_bytes - budget_bytes`` (upstream's definition);
 - ``believed_peak_bytes``: the highest usage Ray Data's resource manager reported;
 - ``hidden_peak_bytes``: the most bytes pinned in memory with no ``ObjectRef`` left (the
@@ -98,7 +98,7 @@ class RunResult:
     #: the copies' bytes over their time, GB/s (None on CPU)
     h2d_s_median: Optional[float] = None
     h2d_gb_per_s: Optional[float] = None
-    midrun_start_store_bytes: int = 0  # the store's usage as the mid-run window opens
+    midrun_start_store_bytes: Optional[int] = None  # the store's usage as the mid-run window opens
     peak_breakdown: dict = field(default_factory=dict)
     probe_cost: dict = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)
@@ -370,7 +370,7 @@ def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict],
         first_batch_s=max(first_waits, default=float("nan")),
         wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
         overall_batches_per_s=overall, midrun_batches_per_s=midrun, split=config.split,
-        midrun_start_store_bytes=mid_store if mid_start_wall else 0,
+        midrun_start_store_bytes=mid_store if mid_start_wall and samples else None,
         probe_cost=probe_cost, timeline=timeline,
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,

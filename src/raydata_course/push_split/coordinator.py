@@ -30,7 +30,8 @@
   a thread outside the scheduling loop should, ``resource_manager.py:128-130``), each
   split's held bytes and its consumer's reported waiting, each operator's need, and, with
   ``steer_on_store``, the object store's measured usage, and applies the windows; it also
-  runs the executor at the budget minus the headroom Ray Data takes over its limit
+  runs the executor at the budget minus the headroom Ray Data takes over its limit (and, with
+  ``steer_on_store``, minus the bytes the store holds beyond Ray Data's belief)
   (:attr:`~raydata_course.push_split.window.WindowController.executor_limit_bytes`), through
   the executor's own copy of its options.
 
@@ -425,7 +426,8 @@ class PushSplitCoordinator:
                         "usage_bytes": usage_bytes, "held_bytes": sum(s.held_bytes for s in states),
                         "store_bytes": store_bytes, "operators_need_bytes": need_bytes,
                         "reserve_bytes": int(controller.reserve_bytes), "limit_bytes": limit_bytes,
-                        "headroom_bytes": int(controller.headroom_bytes), "key": self._key})
+                        "headroom_bytes": int(controller.headroom_bytes),
+                        "lazy_bytes": int(controller.lazy_bytes), "key": self._key})
                 self._cond.notify_all()
 
     def _apply_headroom(self, executor) -> None:

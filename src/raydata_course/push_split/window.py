@@ -37,11 +37,13 @@ itself from the cluster's store), so that Ray Data's believed usage, overshoot i
 stays near ``B``. The headroom carries
 over from one epoch's controller to the next (``headroom_bytes``). With ``steer_on_store``
 the limit also leaves room for the bytes the object store holds beyond Ray Data's belief
-(``store_bytes - usage_bytes``: under push, blocks freed but not yet deleted by the raylet,
-which deletes in batches every ``free_objects_period_milliseconds``), measured as a maximum
-that decays by ``reserve_decay`` per tick (``lazy_bytes``): the limit is then
+(``store_bytes - usage_bytes``: under push, with nothing else using the store, mostly blocks
+freed but not yet deleted by the raylet, which deletes in batches every
+``free_objects_period_milliseconds``), measured as a maximum that decays by ``reserve_decay``
+per tick (``lazy_bytes``, not carried to the next epoch): the limit is then
 ``max(B - H - L, B * min_limit_fraction)``, so that what the store really holds, not only
-what Ray Data counts, stays near ``B``. This works only because
+what Ray Data counts, stays near ``B``. The overshoot that makes ``H`` is measured against the
+limit without ``L`` (Ray Data's usage lags a lowered limit; that lag is not its overshoot). This works only because
 the coordinator waits for the executor as a consumer only when its consumer runs short
 (``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
 whenever its window had credit kept the executor's liveness rule for waiting consumers on,
@@ -197,8 +199,8 @@ class WindowController:
             starting patience of every split).
         max_patience_ticks: the most a split's patience grows to after shrinks that
             starved it.
-        reserve_decay: per-tick factor by which the remembered operator need decays
-            (0.98 at 10 Hz forgets half in about 3.5 s).
+        reserve_decay: per-tick factor by which the remembered operator need, and the
+            remembered lazily freed bytes, decay (0.98 at 10 Hz forgets half in about 3.5 s).
         headroom_decay: per-tick factor by which the headroom decays while the executor holds
             anything (0.9998 at 10 Hz forgets half in about 6 minutes: the overshoot is Ray
             Data's structure, about one task per operator, and comes back in short spikes
@@ -211,7 +213,7 @@ class WindowController:
         windows_rows: the current window of each split, in rows.
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
         lazy_bytes: with ``steer_on_store``, the store's measured usage over Ray Data's belief
-            ``L`` (decaying maximum; 0 without a reading), in bytes.
+            ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
         headroom_bytes: how far Ray Data's believed usage went over the executor's limit
             (decaying maximum, at least ``R``), in bytes.
         executor_limit_bytes: the object-store limit the executor should run under,
@@ -273,6 +275,10 @@ class WindowController:
         need = obs.operators_need_bytes if obs.operators_need_bytes is not None else max(obs.usage_bytes - held, 0)
         self.reserve_bytes = max(float(need), self.reserve_bytes * self.reserve_decay)
         limit = obs.limit_bytes if obs.limit_bytes is not None else obs.budget_bytes
+        if limit is not None and obs.budget_bytes is not None:
+            # Measured against the limit the headroom alone sets: a limit lowered for the lazy
+            # free is one Ray Data's usage lags behind, and that lag is not its overshoot.
+            limit = max(limit, executor_limit(obs.budget_bytes, self.headroom_bytes, self.min_limit_fraction))
         overshoot = 0.0 if limit is None else float(obs.usage_bytes - limit)
         kept = self.headroom_bytes * (self.headroom_decay if obs.usage_bytes > 0 else 1.0)
         self.headroom_bytes = max(overshoot, kept, self.reserve_bytes)
