@@ -271,6 +271,10 @@ def test_push_targets_per_setting_and_throughput_ratios():
     rows = markdown_rows(format_push_targets(list(rate.values())))
     assert [r[5] for r in rows[1:] if r[4] == "MISSED"] == [rate["push / pull throughput, overall >="]["where"]] * 2
     assert all(r[5] == "" for r in rows[1:] if r[4] == "met")
+    # a value just under a bound is shown with the digits that tell it from the bound
+    close = push_targets([_result("train-fast", peak_mib=600, delay=0.0, overall=4.0),
+                          _result("train-fast-push", peak_mib=300, delay=0.0, overall=3.7998)], 0)
+    assert markdown_rows(format_push_targets(close))[1][2:5] == ["0.9499", ">= 0.95", "MISSED"]
     # results written before these figures existed say so instead of inventing zeros
     fast_pull.midrun_start_store_bytes = fast_push.midrun_start_store_bytes = None
     assert push_targets([fast_pull, fast_push], 0)[0]["where"].startswith("at mid-run start: pull n/a, push n/a")

@@ -337,7 +337,14 @@ def format_push_targets(checks: list[dict[str, Any]]) -> str:
     batch; Ray Data's believed usage, where its bytes sat at its peak, by operator."""
     if not checks:
         return ""
-    body = [[c["variant"], c["target"].rsplit(" ", 1)[0], f"{c['value']:.2f}",
+    def shown(c):  # enough digits that the shown value agrees with the verdict
+        for digits in (3, 4, 6):
+            text = f"{c['value']:.{digits}f}"
+            if (float(text) <= c["bound"] if c["target"].endswith("<=") else float(text) >= c["bound"]) == c["met"]:
+                return text
+        return text
+
+    body = [[c["variant"], c["target"].rsplit(" ", 1)[0], shown(c),
              f"{c['target'].rsplit(' ', 1)[1]} {c['bound']:.2f}", "met" if c["met"] else "MISSED",
              c.get("where", "") if not c["met"] else ""] for c in checks]
     return markdown_table(["variant", "target", "measured", "bound", "met", "where, when missed (MiB, s)"],
