@@ -209,10 +209,11 @@ def test_the_executor_limit_leaves_the_headroom_ray_data_takes_over_it():
     assert unknown.executor_limit_bytes is None
 
 
-def test_steering_on_the_store_also_lowers_the_executor_limit_by_the_lazily_freed_bytes():
-    """With ``steer_on_store``, bytes the store holds beyond Ray Data's belief (freed, not yet
-    deleted by the raylet) lower the executor's limit as well, as a maximum that decays with
-    the reserve; without it, or with no store reading, the limit ignores them; the floor holds."""
+def test_steering_on_the_store_also_lowers_the_executor_limit_by_the_store_s_excess():
+    """With ``steer_on_store``, how far the store's measured usage went over the budget (bytes
+    freed, not yet deleted by the raylet) lowers the executor's limit as well, as a maximum that
+    decays with the reserve; a store within the budget lowers nothing; without steering, or with
+    no store reading, the limit ignores the store; the floor holds."""
     idle = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
 
     def tick(c, usage, store):
@@ -221,13 +222,13 @@ def test_steering_on_the_store_also_lowers_the_executor_limit_by_the_lazily_free
         return c.lazy_bytes, c.executor_limit_bytes
 
     c = WindowController([SplitRequest(10, 40)], steer_on_store=True, reserve_decay=0.5)
-    assert tick(c, 100, 100) == (0, 206)  # the store holds what Ray Data believes: the headroom only
-    assert tick(c, 100, 130) == (30, 176)  # 30 bytes freed and not yet deleted
+    assert tick(c, 100, 250) == (0, 206)  # more than Ray Data believes, within the budget: nothing
+    assert tick(c, 100, 286) == (30, 176)  # 30 bytes over the budget (freed and not yet deleted)
     assert tick(c, 100, 100) == (15, 191)  # deleted: the term decays
-    assert tick(c, 100, 400) == (300, 128)  # never below half the budget
+    assert tick(c, 100, 556) == (300, 128)  # never below half the budget
     assert tick(c, 100, None) == (150, 128)  # a failed reading: decay only
     blind = WindowController([SplitRequest(10, 40)], steer_on_store=False)
-    assert tick(blind, 100, 400) == (0, 206)
+    assert tick(blind, 100, 556) == (0, 206)
 
 
 def test_a_limit_lowered_for_the_lazy_free_does_not_feed_the_headroom():
@@ -238,7 +239,7 @@ def test_a_limit_lowered_for_the_lazy_free_does_not_feed_the_headroom():
     idle = SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.0, ready_rows=0)
     c = WindowController([SplitRequest(10, 40)], steer_on_store=True)
     limit = 256
-    for usage, store in [(256, 256), (256, 316), (256, 316), (256, 316), (250, 310)]:
+    for usage, store in [(256, 256), (256, 316), (256, 316), (256, 316), (250, 316)]:
         c.tick(Observation(budget_bytes=256, usage_bytes=usage, splits=[idle], operators_need_bytes=50,
                            limit_bytes=limit, store_bytes=store))
         limit = c.executor_limit_bytes  # what the coordinator applies

@@ -89,8 +89,8 @@ class LabConfig:
         push_window: the push split's window policy, ``"adaptive"`` (budget-aware) or
             ``"fixed"`` (``prefetch_batches * batch_size`` rows each).
         push_steer_on_store: the adaptive windows also shrink when the object store's
-            measured usage is over the budget, and the executor's limit leaves room for the
-            bytes freed but not yet deleted (see ``push_split``).
+            measured usage is over the budget, and the executor's limit comes down by how far it
+            went over: the bytes freed but not yet deleted (see ``push_split``).
     """
 
     name: str

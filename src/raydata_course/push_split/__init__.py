@@ -112,8 +112,8 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
             ``prefetch_batches * batch_size`` rows; ``"fixed"``: every window is
             ``prefetch_batches * batch_size`` rows.
         steer_on_store: (adaptive) also shrink the windows when the object store's measured
-            usage is over the budget, and lower the executor's limit by what the store holds
-            beyond Ray Data's belief; it sees the bytes the raylet freed but has not deleted
+            usage is over the budget, and lower the executor's limit by how far it went over; it
+            sees the bytes the raylet freed but has not deleted
             yet, which Ray Data's accounting never does.
 
     Returns:

@@ -31,7 +31,7 @@
   split's held bytes and its consumer's reported waiting, each operator's need, and, with
   ``steer_on_store``, the object store's measured usage, and applies the windows; it also
   runs the executor at the budget minus the headroom Ray Data takes over its limit (and, with
-  ``steer_on_store``, minus the bytes the store holds beyond Ray Data's belief)
+  ``steer_on_store``, minus how far the object store's measured usage went over the budget)
   (:attr:`~raydata_course.push_split.window.WindowController.executor_limit_bytes`), through
   the executor's own copy of its options.
 
@@ -210,8 +210,8 @@ class PushSplitCoordinator:
         liveness_interval_s: seconds between liveness checks of the actors hosting splits.
         window: one of :data:`WINDOW_POLICIES`.
         steer_on_store: (adaptive only) count the object store's measured usage over the
-            budget as pressure, and lower the executor's limit by the bytes it holds beyond
-            Ray Data's belief; it is the only signal that sees freed-but-not-yet-deleted
+            budget as pressure, and lower the executor's limit by how far it went over; it is
+            the only signal that sees freed-but-not-yet-deleted
             bytes (one gRPC call per tick, about a millisecond).
         control_interval_s: seconds between the window controller's ticks.
 

@@ -36,13 +36,14 @@ the coordinator applies it only to a budget the user set, not to the limit Ray D
 itself from the cluster's store), so that Ray Data's believed usage, overshoot included,
 stays near ``B``. The headroom carries
 over from one epoch's controller to the next (``headroom_bytes``). With ``steer_on_store``
-the limit also leaves room for the bytes the object store holds beyond Ray Data's belief
-(``store_bytes - usage_bytes``: under push, with nothing else using the store, mostly blocks
-freed but not yet deleted by the raylet, which deletes in batches every
-``free_objects_period_milliseconds``), measured as a maximum that decays by ``reserve_decay``
-per tick (``lazy_bytes``, not carried to the next epoch): the limit is then
-``max(B - H - L, B * min_limit_fraction)``, so that what the store really holds, not only
-what Ray Data counts, stays near ``B``. The overshoot that makes ``H`` is measured against the
+the limit also comes down by how far the object store's measured usage went over the budget
+(``store_bytes - B``; under push, with nothing else using the store, that excess is mostly
+blocks freed but not yet deleted by the raylet, which deletes in batches every
+``free_objects_period_milliseconds``, and Ray Data's accounting never sees them), measured as
+a maximum that decays by ``reserve_decay`` per tick (``lazy_bytes``, not carried to the next
+epoch): the limit is then ``max(B - H - L, B * min_limit_fraction)``, so that what the store
+really holds, not only what Ray Data counts, stays near ``B``; a store within the budget
+lowers nothing. The overshoot that makes ``H`` is measured against the
 limit without ``L`` (Ray Data's usage lags a lowered limit; that lag is not its overshoot). This works only because
 the coordinator waits for the executor as a consumer only when its consumer runs short
 (``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
@@ -192,7 +193,7 @@ class WindowController:
     Args:
         requests: one :class:`SplitRequest` per split.
         steer_on_store: treat a measured object-store usage over the budget as pressure,
-            and lower the executor's limit by the store's usage over Ray Data's belief.
+            and lower the executor's limit by how far it went over.
         wait_threshold_s: a consumer that waited longer than this since the last tick
             counts as starved (seconds).
         patience_ticks: ticks without a wait, a batch ready, before a window shrinks (the
@@ -212,8 +213,8 @@ class WindowController:
     Attributes:
         windows_rows: the current window of each split, in rows.
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
-        lazy_bytes: with ``steer_on_store``, the store's measured usage over Ray Data's belief
-            ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
+        lazy_bytes: with ``steer_on_store``, how far the store's measured usage went over the
+            budget, ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
         headroom_bytes: how far Ray Data's believed usage went over the executor's limit
             (decaying maximum, at least ``R``), in bytes.
         executor_limit_bytes: the object-store limit the executor should run under,
@@ -283,8 +284,8 @@ class WindowController:
         kept = self.headroom_bytes * (self.headroom_decay if obs.usage_bytes > 0 else 1.0)
         self.headroom_bytes = max(overshoot, kept, self.reserve_bytes)
         lazy = 0.0
-        if self.steer_on_store and obs.store_bytes is not None:
-            lazy = float(max(obs.store_bytes - obs.usage_bytes, 0))
+        if self.steer_on_store and obs.store_bytes is not None and obs.budget_bytes is not None:
+            lazy = float(max(obs.store_bytes - obs.budget_bytes, 0))
         self.lazy_bytes = max(lazy, self.lazy_bytes * self.reserve_decay)
         if obs.budget_bytes is not None:
             self.executor_limit_bytes = self.limit_for(obs.budget_bytes)
