@@ -260,7 +260,7 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
 
     def check(name, target, value, bound, at_most, where=""):
         checks.append({"variant": name, "target": f"{target} {'<=' if at_most else '>='}", "value": value,
-                       "bound": bound, "met": value <= bound if at_most else value >= bound, "where": where})
+                       "bound": bound, "met": _meets(value, bound, at_most), "where": where})
 
     for name in pull_push_pairs(results):
         pull = [r for r in results if r.variant == name]
@@ -275,16 +275,21 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
                 check(name, "pull peak / budget", med([r.peak_bytes / r.budget_bytes for r in pull]),
                       PUSH_PULL_OVERAGE_MIN, False)
         else:
+            where = rate_where(pull, push)
             for label, attr in (("overall", "overall_batches_per_s"), ("mid-run", "midrun_batches_per_s")):
                 pull_rate = med([getattr(r, attr) for r in pull])
                 ratio = med([getattr(r, attr) for r in push]) / pull_rate if pull_rate else 0.0
-                check(name, f"push / pull throughput, {label}", ratio, PUSH_THROUGHPUT_MIN, False,
-                      where=rate_where(pull, push))
+                check(name, f"push / pull throughput, {label}", ratio, PUSH_THROUGHPUT_MIN, False, where=where)
         top = max(push, key=lambda r: r.believed_peak_bytes)
         check(name, "push: Ray Data's believed peak / budget",
               med([r.believed_peak_bytes / r.budget_bytes for r in push]), 1.0, True,
               where=believed_where(top.peak_breakdown.get("believed_operators") or []))
     return checks
+
+
+def _meets(value: float, bound: float, at_most: bool) -> bool:
+    """Whether ``value`` is within ``bound``: at most it, or at least it."""
+    return value <= bound if at_most else value >= bound
 
 
 def peak_where(breakdown: dict) -> str:
@@ -340,7 +345,7 @@ def format_push_targets(checks: list[dict[str, Any]]) -> str:
     def shown(c):  # enough digits that the shown value agrees with the verdict
         for digits in (3, 4, 6):
             text = f"{c['value']:.{digits}f}"
-            if (float(text) <= c["bound"] if c["target"].endswith("<=") else float(text) >= c["bound"]) == c["met"]:
+            if _meets(float(text), c["bound"], c["target"].endswith("<=")) == c["met"]:
                 return text
         return text
 

@@ -113,8 +113,8 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
             ``prefetch_batches * batch_size`` rows.
         steer_on_store: (adaptive) also shrink the windows when the object store's measured
             usage is over the budget, and lower the executor's limit by how far it went over; it
-            sees the bytes the raylet freed but has not deleted
-            yet, which Ray Data's accounting never does.
+            sees the bytes the raylet freed but has not deleted yet, which Ray Data's accounting
+            never does.
 
     Returns:
         ``n`` :class:`PushSplitIterator`; split ``i`` is ``result[i]``.

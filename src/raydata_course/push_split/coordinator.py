@@ -211,8 +211,8 @@ class PushSplitCoordinator:
         window: one of :data:`WINDOW_POLICIES`.
         steer_on_store: (adaptive only) count the object store's measured usage over the
             budget as pressure, and lower the executor's limit by how far it went over; it is
-            the only signal that sees freed-but-not-yet-deleted
-            bytes (one gRPC call per tick, about a millisecond).
+            the only signal that sees freed-but-not-yet-deleted bytes (one gRPC call per tick,
+            about a millisecond).
         control_interval_s: seconds between the window controller's ticks.
 
     Raises:

@@ -43,8 +43,8 @@ blocks freed but not yet deleted by the raylet, which deletes in batches every
 a maximum that decays by ``reserve_decay`` per tick (``lazy_bytes``, not carried to the next
 epoch): the limit is then ``max(B - H - L, B * min_limit_fraction)``, so that what the store
 really holds, not only what Ray Data counts, stays near ``B``; a store within the budget
-lowers nothing. The overshoot that makes ``H`` is measured against the
-limit without ``L`` (Ray Data's usage lags a lowered limit; that lag is not its overshoot). This works only because
+lowers nothing. The overshoot that makes ``H`` is measured against the limit without ``L``
+(Ray Data's usage lags a lowered limit; that lag is not its overshoot). This works only because
 the coordinator waits for the executor as a consumer only when its consumer runs short
 (``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
 whenever its window had credit kept the executor's liveness rule for waiting consumers on,
@@ -215,8 +215,8 @@ class WindowController:
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
         lazy_bytes: with ``steer_on_store``, how far the store's measured usage went over the
             budget, ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
-        headroom_bytes: how far Ray Data's believed usage went over the executor's limit
-            (decaying maximum, at least ``R``), in bytes.
+        headroom_bytes: how far Ray Data's believed usage went over the executor's limit without
+            the lazy term (decaying maximum, at least ``R``), in bytes.
         executor_limit_bytes: the object-store limit the executor should run under,
             ``max(B - H - L, B * min_limit_fraction)``; None while the budget is unknown.
         events: every window change (:class:`WindowEvent`).
