@@ -160,6 +160,45 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
 
 
+@pytest.mark.parametrize("window", ["adaptive", "fixed"])
+def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_cluster, window):
+    """A cheap head operator (a read fused with a map) ahead of a slow one that runs one task
+    at a time, under a budget that holds the whole dataset: with adaptive windows the read-ahead
+    cap holds the head's finished outputs to about two of its 2 MiB blocks (the slow operator's
+    one input in flight is less); without it ("fixed" windows install no cap) the head reads far
+    ahead."""
+    from raydata_course.measure.raydata import RayDataProbe, start_recorder
+    from raydata_course.units import MiB
+
+    def _head(batch):  # defined here: Ray ships it by value (the test module is not importable there)
+        return {"id": batch["data"][:, 0, 0], "data": batch["data"]}
+
+    def _slow_tail(batch):
+        time.sleep(0.05)
+        return batch
+
+    recorder = start_recorder()
+    ray.get(recorder.drain.remote())
+    ds = ray.data.range_tensor(240, shape=(64, 1024), override_num_blocks=60)  # 4 rows = 2 MiB a block
+    ds = ds.map_batches(_head, batch_size=None).map_batches(_slow_tail, batch_size=None, num_cpus=0.5, concurrency=1)
+    ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=256 * MiB)
+    ds.context.custom_execution_callback_classes.append(RayDataProbe)
+    (out, _) = _run(push_split(ds, 2, equal=True, window=window), batch_size=4, prefetch_batches=2)
+    assert sorted(i for per_split in out for i in per_split[0]) == list(range(240))
+    samples, _ = ray.get(recorder.drain.remote())
+    # the head's finished outputs: its usage less its running tasks' estimated pending outputs
+    head = [s["op_bytes"][i] - s["op_pending_bytes"][i] for s in samples for i, name in enumerate(s["operators"])
+            if "_head" in name and "_slow_tail" not in name]
+    assert head, {tuple(s["operators"]) for s in samples}
+    held = max(head) / MiB
+    if window == "adaptive":
+        # the cap is two blocks; reads of running tasks' outputs may pass it by a block (6 MiB
+        # seen), and a sample may fall between a read and the next check: four blocks at most
+        assert held <= 8.5, f"the head held up to {held:.1f} MiB of outputs, twice the cap of two 2 MiB blocks"
+    else:
+        assert held >= 16, f"without the cap the head held only {held:.1f} MiB: the test no longer shows the cap"
+
+
 def test_a_fixed_window_is_what_the_consumer_asked_for(ray_cluster):
     splits = push_split(ray.data.range(300, override_num_blocks=10), 2, window="fixed")
     (out, _) = _run(splits, batch_size=10, prefetch_batches=3, delays={0: (0.01,)})

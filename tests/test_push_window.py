@@ -249,3 +249,78 @@ def test_a_limit_lowered_for_the_lazy_free_does_not_feed_the_headroom():
     c.tick(Observation(budget_bytes=256, usage_bytes=140, splits=[idle], operators_need_bytes=50,
                        limit_bytes=limit, store_bytes=None))
     assert c.lazy_bytes == 60 * c.reserve_decay and c.executor_limit_bytes == int(256 - 50 - 60 * c.reserve_decay)
+
+
+# ------------------------------------------------------------------ the read-ahead cap
+
+
+class _Metrics:
+    def __init__(self, out_block=None, in_flight=0):
+        self.average_bytes_per_output = out_block
+        self.obj_store_mem_pending_task_inputs = in_flight
+
+
+class _Op:
+    def __init__(self, name, out_block=None, in_flight=0, downstream=()):
+        self.name, self.metrics, self.output_dependencies = name, _Metrics(out_block, in_flight), list(downstream)
+
+
+class _RM:
+    def __init__(self, outputs, ineligible=()):
+        self.outputs, self.ineligible = outputs, set(ineligible)
+
+    def is_op_eligible(self, op):
+        return op.name not in self.ineligible
+
+    def get_mem_op_outputs(self, op, include_ineligible_downstream=False):
+        assert include_ineligible_downstream
+        return self.outputs[op.name]
+
+
+def _policy(rm):
+    from raydata_course.push_split.readahead import ReadAheadPolicy
+
+    p = ReadAheadPolicy.__new__(ReadAheadPolicy)  # Ray Data's constructor only stores these
+    p._resource_manager = rm
+    return p
+
+
+def test_the_read_ahead_cap_stops_a_head_operator_at_what_its_downstream_needs():
+    split = _Op("split")
+    decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB, downstream=[split])
+    read = _Op("read", out_block=7 * MiB, downstream=[decode])
+    # the cap: max(2 x 7 MiB in flight downstream, 2 x 7 MiB blocks) = 14 MiB
+    under = _policy(_RM({"read": 10 * MiB, "decode": 500 * MiB}, ineligible={"split"}))
+    assert under.can_add_input(read) and under.max_task_output_bytes_to_read(read) == 4 * MiB
+    at = _policy(_RM({"read": 14 * MiB, "decode": 0}, ineligible={"split"}))
+    assert not at.can_add_input(read) and at.max_task_output_bytes_to_read(read) == 0
+    decode.metrics.obj_store_mem_pending_task_inputs = 3 * 7 * MiB  # three decode tasks: 42 MiB
+    assert at.can_add_input(read) and at.max_task_output_bytes_to_read(read) == 28 * MiB
+    # the last eligible operator is the windows' and the limit's to bound, however much it holds
+    assert at.can_add_input(decode) and under.can_add_input(decode)
+    assert under.max_task_output_bytes_to_read(decode) is None
+
+
+def test_the_read_ahead_cap_never_stops_an_operator_it_cannot_measure():
+    decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB)
+    fresh = _Op("read", out_block=None, downstream=[decode])  # no output yet: no average block
+    policy = _policy(_RM({"read": 10**12}))
+    assert policy.can_add_input(fresh) and policy.max_task_output_bytes_to_read(fresh) is None
+    broken = _Op("read", out_block=7 * MiB, downstream=[decode])
+    broken.metrics = None  # an estimate Ray Data lacks
+    assert policy.can_add_input(broken) and policy.max_task_output_bytes_to_read(broken) is None
+
+
+def test_the_read_ahead_cap_is_added_once_to_ray_data_s_own_policies():
+    ray_data = pytest.importorskip("ray.data")
+    from ray.data._internal.execution.backpressure_policy import (
+        ENABLED_BACKPRESSURE_POLICIES,
+        ENABLED_BACKPRESSURE_POLICIES_CONFIG_KEY,
+    )
+
+    from raydata_course.push_split.readahead import ReadAheadPolicy, install_read_ahead_cap
+
+    ctx = ray_data.DataContext.get_current().copy()
+    assert install_read_ahead_cap(ctx) and install_read_ahead_cap(ctx)
+    assert ctx.get_config(ENABLED_BACKPRESSURE_POLICIES_CONFIG_KEY) == [*ENABLED_BACKPRESSURE_POLICIES, ReadAheadPolicy]
+    assert ray_data.DataContext.get_current().get_config(ENABLED_BACKPRESSURE_POLICIES_CONFIG_KEY, None) is None

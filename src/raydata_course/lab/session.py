@@ -153,9 +153,9 @@ class LabSession:
         from raydata_course.lab.photos import build_image_parquet
         from raydata_course.lab.workload import ENCODED_SIDE
 
-        rows_per_file = config.batch_rows * 4
+        rows_per_file = config.batch_rows  # one batch per file: see raydata_course.lab.workload
         files = -(-config.num_rows // rows_per_file)
-        return build_image_parquet(self.out_dir / "data" / f"rows{config.batch_rows}", files * rows_per_file,
+        return build_image_parquet(self.out_dir / "data" / f"rows{config.batch_rows}-b1", files * rows_per_file,
                                    encoded_side=ENCODED_SIDE, rows_per_file=rows_per_file)
 
     def time_tasks(self, config: LabConfig, repeats: int = 3) -> dict[str, float]:

@@ -2,8 +2,7 @@
 
 Pipeline (one block = one batch, so every hidden batch pins exactly one block)::
 
-    read_parquet(JPEG bytes, label)
-      → repartition(target_num_rows_per_block=batch_rows)      # streaming, no shuffle
+    read_parquet(JPEG bytes, label)                             # one file = one batch = one block
       → map_batches(decode_and_augment, batch_size=batch_rows)  # CPU work: JPEG decode,
                                                                  # random 224 crop, flip
       → iter_torch_batches(batch_size=batch_rows, prefetch_batches=pf)   (driver), or
@@ -11,6 +10,12 @@ Pipeline (one block = one batch, so every hidden batch pins exactly one block)::
 
 Each decoded row is a (3, 224, 224) ``uint8`` image, 150,528 bytes, plus an ``int64`` label,
 so a batch of ``batch_rows`` rows is ``batch_rows * 150,536`` bytes (223 rows ≈ 32.0 MiB).
+
+Each Parquet file holds one batch (``batch_rows`` rows), so a read task yields one encoded
+block per batch and nothing has to re-block the stream. The read's blocks are the unit of
+read-ahead: with files of four batches the read could never hold less than two 28 MiB encoded
+blocks ahead of the decode, which took a large share of a push split's limit
+(:mod:`raydata_course.push_split.readahead`).
 
 The read is one file per read task. Ray 2.60's Parquet reader (``ParquetDatasourceV2``)
 bin-packs files into read units of ``RAY_DATA_PARQUET_BIN_PACKING_BYTES`` (128 MiB by default,
@@ -222,9 +227,9 @@ def _env(name: str, value: str):
 def build_dataset(config: LabConfig, data_dir: str | Path):
     """The lab's lazy Dataset over ``data_dir`` (see the module docstring).
 
-    Reads exactly the files holding ``config.num_rows`` rows (files hold a multiple of
-    ``batch_rows`` rows, see :func:`raydata_course.lab.photos.build_image_parquet`), one
-    file per read task.
+    Reads exactly the files holding ``config.num_rows`` rows (each file holds ``batch_rows``
+    rows, :meth:`raydata_course.lab.session.LabSession.data_dir`), one file per read task and
+    block.
 
     Raises:
         ValueError: ``data_dir`` holds fewer rows than ``config.num_rows``.
@@ -249,7 +254,6 @@ def build_dataset(config: LabConfig, data_dir: str | Path):
         ds = ray.data.read_parquet(chosen)
     if rows > config.num_rows:
         ds = ds.limit(config.num_rows)
-    ds = ds.repartition(target_num_rows_per_block=config.batch_rows)
     return ds.map_batches(decode_and_augment, batch_size=config.batch_rows)
 
 

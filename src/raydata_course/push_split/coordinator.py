@@ -34,6 +34,10 @@
   ``steer_on_store``, minus how far the object store's measured usage went over the budget)
   (:attr:`~raydata_course.push_split.window.WindowController.executor_limit_bytes`), through
   the executor's own copy of its options.
+* under ``window="adaptive"``, caps each operator's read-ahead at about what its downstream
+  operator is working on (:class:`~raydata_course.push_split.readahead.ReadAheadPolicy`, a
+  backpressure policy added to the executor's), so the cheap operators at the head of the
+  plan cannot fill the executor's limit before the expensive one has outputs.
 
 It copies the dataset's ``DataContext`` into its process, as Ray's ``SplitCoordinator`` does
 (``stream_split_iterator.py:210-211``), so execution options, budgets and execution callbacks
@@ -57,6 +61,7 @@ from raydata_course._util import cause_chain
 from raydata_course.push_split.flow import SplitFlow
 from raydata_course.push_split.inbox import deliver
 from raydata_course.push_split.messages import Arrival, Delivery, Parcel, PushSplitError, RowRange
+from raydata_course.push_split.readahead import install_read_ahead_cap
 from raydata_course.push_split.window import Observation, SplitRequest, SplitState, WindowController, executor_limit
 
 __all__ = ["PushSplitCoordinator", "FETCH_TIMEOUT_S", "WINDOW_POLICIES"]
@@ -240,6 +245,10 @@ class PushSplitCoordinator:
 
         self._ctx = split_dataset.context.copy()
         ray.data.DataContext._set_current(self._ctx)
+        if window == "adaptive":
+            # Each epoch's executor is built from the dataset's own context
+            # (Dataset._create_executor, dataset.py:8531), this process's copy of it.
+            install_read_ahead_cap(split_dataset.context)
         self._ds = split_dataset
         self._n = n
         self._liveness_interval_s = liveness_interval_s

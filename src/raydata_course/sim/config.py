@@ -1,8 +1,8 @@
 """What the simulator is told: the pipeline's operators and the consumers' side.
 
 Every quantity carries its unit in its name: bytes (``*_bytes``), seconds (``*_s``), blocks
-and batches as counts. One block is one batch, as in the lab (``repartition`` to the batch
-size, then ``map_batches`` with the same batch size), so a batch pins exactly one block.
+and batches as counts. One block is one batch, as in the lab (files of one batch each, then
+``map_batches`` with the same batch size), so a batch pins exactly one block.
 
 Examples:
     >>> cfg = IngestConfig(operators=[Operator("decode", task_s=0.5, output_bytes=32 << 20)],
