@@ -160,13 +160,13 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
 
 
-@pytest.mark.parametrize("window", ["adaptive", "fixed"])
-def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_cluster, window):
+@pytest.mark.parametrize("cap", [True, pytest.param(False, marks=pytest.mark.slow)])
+def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_cluster, cap):
     """A cheap head operator (a read fused with a map) ahead of a slow one that runs one task
     at a time, under a budget that holds the whole dataset: with adaptive windows the read-ahead
-    cap holds the head's finished outputs to about two of its 2 MiB blocks (the slow operator's
-    one input in flight is less); without it ("fixed" windows install no cap) the head reads far
-    ahead."""
+    cap holds the head's outputs to about two of its 2 MiB blocks (the slow operator's one
+    input in flight is less); with the cap off, all else the same, the head reads far ahead
+    (that half shows the test can fail; it runs in the full suite only)."""
     from raydata_course.measure.raydata import RayDataProbe, start_recorder
     from raydata_course.units import MiB
 
@@ -183,18 +183,19 @@ def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_clus
     ds = ds.map_batches(_head, batch_size=None).map_batches(_slow_tail, batch_size=None, num_cpus=0.5, concurrency=1)
     ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=256 * MiB)
     ds.context.custom_execution_callback_classes.append(RayDataProbe)
-    (out, _) = _run(push_split(ds, 2, equal=True, window=window), batch_size=4, prefetch_batches=2)
+    (out, _) = _run(push_split(ds, 2, equal=True, read_ahead_cap=cap), batch_size=4, prefetch_batches=2)
     assert sorted(i for per_split in out for i in per_split[0]) == list(range(240))
     samples, _ = ray.get(recorder.drain.remote())
-    # the head's finished outputs: its usage less its running tasks' estimated pending outputs
+    # the head's outputs: its usage less its running tasks' estimated pending outputs
     head = [s["op_bytes"][i] - s["op_pending_bytes"][i] for s in samples for i, name in enumerate(s["operators"])
             if "_head" in name and "_slow_tail" not in name]
     assert head, {tuple(s["operators"]) for s in samples}
-    held = max(head) / MiB
-    if window == "adaptive":
+    held = sorted(head)[int(0.9 * (len(head) - 1))] / MiB  # the 90th percentile: the cap lifts
+    # between two of the slow operator's tasks, when it has no input in flight
+    if cap:
         # the cap is two blocks; reads of running tasks' outputs may pass it by a block (6 MiB
-        # seen), and a sample may fall between a read and the next check: four blocks at most
-        assert held <= 8.5, f"the head held up to {held:.1f} MiB of outputs, twice the cap of two 2 MiB blocks"
+        # seen at most), and a sample may fall between a read and the next check
+        assert held <= 8.5, f"the head held {held:.1f} MiB of outputs (90th percentile), twice the cap"
     else:
         assert held >= 16, f"without the cap the head held only {held:.1f} MiB: the test no longer shows the cap"
 

@@ -272,6 +272,13 @@ class _RM:
     def is_op_eligible(self, op):
         return op.name not in self.ineligible
 
+    def get_downstream_eligible_ops(self, op):  # as Ray Data's: looks through ineligible operators
+        for d in op.output_dependencies:
+            if self.is_op_eligible(d):
+                yield d
+            else:
+                yield from self.get_downstream_eligible_ops(d)
+
     def get_mem_op_outputs(self, op, include_ineligible_downstream=False):
         assert include_ineligible_downstream
         return self.outputs[op.name]
@@ -324,3 +331,16 @@ def test_the_read_ahead_cap_is_added_once_to_ray_data_s_own_policies():
     assert install_read_ahead_cap(ctx) and install_read_ahead_cap(ctx)
     assert ctx.get_config(ENABLED_BACKPRESSURE_POLICIES_CONFIG_KEY) == [*ENABLED_BACKPRESSURE_POLICIES, ReadAheadPolicy]
     assert ray_data.DataContext.get_current().get_config(ENABLED_BACKPRESSURE_POLICIES_CONFIG_KEY, None) is None
+
+
+def test_the_read_ahead_cap_lifts_while_the_downstream_has_nothing_in_flight_and_looks_through_a_limit():
+    # a map whose batch spans several read blocks must get them before it can start a task
+    idle = _Op("map", out_block=32 * MiB, in_flight=0)
+    read = _Op("read", out_block=1 * MiB, downstream=[idle])
+    policy = _policy(_RM({"read": 40 * MiB}))
+    assert policy.can_add_input(read) and policy.max_task_output_bytes_to_read(read) is None
+    # read -> limit -> decode: the limit is not eligible, the decode behind it is what counts
+    decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB)
+    limited = _Op("read", out_block=7 * MiB, downstream=[_Op("limit", downstream=[decode])])
+    policy = _policy(_RM({"read": 14 * MiB}, ineligible={"limit"}))
+    assert not policy.can_add_input(limited) and policy.max_task_output_bytes_to_read(limited) == 0

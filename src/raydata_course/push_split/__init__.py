@@ -94,7 +94,7 @@ DEFAULT_LIVENESS_INTERVAL_S = 1.0
 
 def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list] = None,
                liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S, window: str = "adaptive",
-               steer_on_store: bool = False) -> list[PushSplitIterator]:
+               steer_on_store: bool = False, read_ahead_cap: bool = True) -> list[PushSplitIterator]:
     """Split ``ds`` into ``n`` push-fed iterators, a drop-in for ``ds.streaming_split(n, equal=...)``.
 
     Args:
@@ -115,6 +115,9 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
             usage is over the budget, and lower the executor's limit by how far it went over; it
             sees the bytes the raylet freed but has not deleted yet, which Ray Data's accounting
             never does.
+        read_ahead_cap: (adaptive) add :class:`~raydata_course.push_split.readahead.ReadAheadPolicy`
+            to the executor's backpressure policies: while an operator's downstream has tasks
+            running, the operator holds at most about twice their inputs, or two of its blocks.
 
     Returns:
         ``n`` :class:`PushSplitIterator`; split ``i`` is ``result[i]``.
@@ -149,5 +152,5 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
     coord = actor_cls.options(
         max_concurrency=2 * n + 8,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store)
+    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store, read_ahead_cap=read_ahead_cap)
     return [PushSplitIterator(coord, i, n, key) for i in range(n)]

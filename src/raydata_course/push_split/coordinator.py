@@ -219,13 +219,15 @@ class PushSplitCoordinator:
             the only signal that sees freed-but-not-yet-deleted bytes (one gRPC call per tick,
             about a millisecond).
         control_interval_s: seconds between the window controller's ticks.
+        read_ahead_cap: (adaptive only) install
+            :class:`~raydata_course.push_split.readahead.ReadAheadPolicy` on the executor.
 
     Raises:
         ValueError: an unknown ``window`` or a ``control_interval_s`` not above 0.
     """
 
     def __init__(self, split_dataset, n: int, key: str, liveness_interval_s: float, window: str = "adaptive",
-                 steer_on_store: bool = False, control_interval_s: float = 0.1):
+                 steer_on_store: bool = False, control_interval_s: float = 0.1, read_ahead_cap: bool = True):
         import ray.data
 
         if window not in WINDOW_POLICIES:
@@ -245,9 +247,10 @@ class PushSplitCoordinator:
 
         self._ctx = split_dataset.context.copy()
         ray.data.DataContext._set_current(self._ctx)
-        if window == "adaptive":
+        if window == "adaptive" and read_ahead_cap:
             # Each epoch's executor is built from the dataset's own context
-            # (Dataset._create_executor, dataset.py:8531), this process's copy of it.
+            # (Dataset._create_executor, dataset.py:8531): this process's copy of it, so the
+            # caller's dataset is untouched (self._ctx, copied above, does not need it).
             install_read_ahead_cap(split_dataset.context)
         self._ds = split_dataset
         self._n = n
