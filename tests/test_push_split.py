@@ -160,13 +160,14 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
 
 
-@pytest.mark.parametrize("cap", [True, pytest.param(False, marks=pytest.mark.slow)])
+@pytest.mark.slow  # a Ray Data pipeline per case; the rule itself is tests/test_push_window.py's, in test-fast
+@pytest.mark.parametrize("cap", [True, False])
 def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_cluster, cap):
     """A cheap head operator (a read fused with a map) ahead of a slow one that runs one task
     at a time, under a budget that holds the whole dataset: with adaptive windows the read-ahead
     cap holds the head's outputs to about two of its 2 MiB blocks (the slow operator's one
     input in flight is less); with the cap off, all else the same, the head reads far ahead
-    (that half shows the test can fail; it runs in the full suite only)."""
+    (that half shows the test can fail)."""
     from raydata_course.measure.raydata import RayDataProbe, start_recorder
     from raydata_course.units import MiB
 
