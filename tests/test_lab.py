@@ -205,7 +205,7 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     assert len(local) >= len(samples) and {s.limit_bytes for s in local if s.limit_bytes > 0} == {64 * MiB}
     assert "MapBatches(slow)" in RayDataProbe.operators()[-1]
     # per operator: the usage sums to the global figure, and the peak says where it sat
-    from raydata_course.lab.session import _believed_operators
+    from raydata_course.lab.epoch import _believed_operators
 
     for s in samples:
         assert len(s["op_bytes"]) == len(s["op_pending_bytes"]) == len(s["op_tasks"]) == len(s["operators"])
@@ -217,7 +217,7 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
 
 
 def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0):
-    from raydata_course.lab.session import RunResult
+    from raydata_course.lab.epoch import RunResult
 
     return RunResult(
         variant=variant, repeat=0, config={"step_delay_s": delay, "consumers": consumers, "batch_rows": batch_rows},
@@ -399,3 +399,21 @@ def test_the_push_timeline_draws_the_executor_s_lowered_limit(tmp_path):
     assert "the executor's limit" in push_ax.get_legend_handles_labels()[1]
     assert "the executor's limit" not in pull_ax.get_legend_handles_labels()[1]
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_the_run_s_generation_per_operator_and_mid_run_steps():
+    """Each execution's counters are cumulative, so a run sums the last sample of each; the
+    mid-run steps are those between 25 % and 90 % of each consumer's epoch."""
+    from raydata_course.lab.epoch import _generation_per_operator, _midrun_steps_s
+
+    def sample(executor, t, gen, rows):
+        return {"executor": executor, "t_wall_s": t, "operators": ["Read", "Decode"],
+                "op_generation_s": gen, "op_rows": rows}
+
+    samples = [sample("a", 1.0, [1.0, 2.0], [10, 10]), sample("a", 2.0, [3.0, 5.0], [30, 20]),
+               sample("b", 1.5, [1.0, 1.0], [5, 5]), {"executor": "c", "t_wall_s": 3.0, "operators": ["Read"]}]
+    assert _generation_per_operator(samples) == {"Read": {"generation_s": 4.0, "rows": 35},
+                                                 "Decode": {"generation_s": 6.0, "rows": 25}}
+    assert _generation_per_operator([]) == {}
+    consumer = {"batch_t_s": [float(i) for i in range(1, 13)], "step_s": [float(i) for i in range(12)]}
+    assert _midrun_steps_s([consumer]) == [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]

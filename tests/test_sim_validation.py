@@ -114,3 +114,47 @@ def test_trim_results_keeps_what_the_comparison_needs(tmp_path, rows):
     again = compare(tmp_path / "results.json")
     assert [(r["variant"], r["predicted_peak_bytes"]) for r in again] == [
         (r["variant"], r["predicted_peak_bytes"]) for r in rows]
+
+
+def test_in_run_task_s_is_each_operator_s_seconds_per_block_during_the_run():
+    """The run's own producer speed: generation seconds per row times the batch's rows, the
+    median over repeats; none where an operator is missing or the read and decode are fused."""
+    from raydata_course.lab.model_check import in_run_task_s
+
+    def run(read_s, decode_s, read_name="ReadFilesParquetV2"):
+        return {"operator_generation": {"ListFiles": {"generation_s": 3.0, "rows": 12},
+                                        read_name: {"generation_s": read_s, "rows": 1000},
+                                        "MapBatches(decode_and_augment)": {"generation_s": decode_s, "rows": 1000}}}
+
+    got = in_run_task_s([run(2.0, 10.0), run(4.0, 30.0), run(3.0, 20.0)], batch_rows=100)
+    assert got == pytest.approx({"read_block_s": 0.3, "decode_block_s": 2.0})
+    assert in_run_task_s([run(2.0, 10.0), {}], batch_rows=100) is None
+    fused = {"operator_generation": {"ReadFiles->MapBatches(decode_and_augment)": {"generation_s": 5.0, "rows": 10}}}
+    assert in_run_task_s([fused], batch_rows=10) is None
+    assert in_run_task_s([], batch_rows=10) is None
+
+
+def test_compare_runs_the_model_at_the_run_s_own_producer_speed_and_mid_run_step(tmp_path, rows):
+    """A run that recorded its operators' generation times gets a third producer speed, at which
+    the tasks share no cores (the times hold the sharing); a slow in-run producer pulls the low
+    end of the predicted throughput down. The step is the mid-run window's median."""
+    import json
+
+    trim_results(LAB_RESULTS.parent, tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    data["runs"] = [r for r in data["runs"] if r["variant"] == "driver-fast"]
+    rows_per_batch = data["runs"][0]["config"]["batch_rows"]
+    for r in data["runs"]:
+        r["operator_generation"] = {"ReadFilesParquetV2": {"generation_s": 0.5, "rows": rows_per_batch},
+                                    "MapBatches(decode_and_augment)": {"generation_s": 12.0, "rows": rows_per_batch}}
+        r["midrun_step_s_median"] = 0.2
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    (tmp_path / "free0").mkdir(exist_ok=True)
+    (tmp_path / "free0" / "results.json").unlink(missing_ok=True)
+    [row] = compare(tmp_path / "results.json")
+    before = next(r for r in rows if r["variant"] == "driver-fast" and r["setting"] == "lazy free")
+    assert row["producer_speeds"][-1] == "in-run" and row["in_run_task_s"] == pytest.approx(
+        {"read_block_s": 0.5, "decode_block_s": 12.0})
+    assert row["inputs"]["step_s"] == 0.2
+    # the driver's four task slots at 12 s a block: at most 1/3 batch/s, far below the timed speeds
+    assert row["predicted_batches_per_s_low"] <= 1 / 3 + 1e-9 < 0.5 * before["predicted_batches_per_s_low"]

@@ -14,8 +14,11 @@ simulator input             lab source
 block bytes, batches         ``config.batch_bytes``, ``batches_per_consumer``, ``consumers``
 budget                       the run's ``budget_bytes`` (Ray Data's own limit, as probed)
 ``prefetch_batches``, split  ``config``
-read / decode task seconds   ``meta["task_s"]``: one block's tasks timed alone on the lab's cluster
-step seconds, delay          the run's median train-step time; ``config.step_delay_s``
+read / decode task seconds   ``meta["task_s"]``: one block's tasks timed alone on the lab's cluster;
+                             and the run's own seconds per block (``operator_generation``)
+step seconds, delay          the run's median train step inside the mid-run window (the stretch
+                             the throughput is compared on; the whole epoch's median for runs that
+                             lack it); ``config.step_delay_s``
 task slots, cores            ``num_cpus`` less the Train workers' CPUs; ``meta["cpus"]``
 lazy-free period             1 s (Ray's default), or 0 where the run set it off
 format cap                   ``meta["pipeline"]["format_cap"]``
@@ -32,7 +35,13 @@ Two inputs are not known exactly, so the model predicts a range rather than one 
 - **the producer's speed.** One block's tasks are timed once, before the variant runs; a
   machine whose load changes (another job starts, a test runner's second worker) runs the
   producer anywhere between its CPU time (the work alone) and slower than the wall time timed
-  then. The model runs at both, where the run recorded both.
+  then. The model runs at both, where the run recorded both, and at a third speed where the
+  run recorded it: the read's and the decode's seconds per block *during the run itself*, from
+  the workers' own timing of each block (Ray Data's ``block_generation_time`` and
+  ``rows_task_outputs_generated`` per operator, read by the lab's probe, medians over the
+  repeats). Those times already hold whatever shared the cores with the tasks, the pipeline's
+  other tasks and any outside load alike, so at that speed the model shares no cores
+  (``cores=None``) rather than count the sharing twice.
 
 A measurement inside the predicted range has error 0; outside, the error is the nearest end's,
 signed (predicted / measured - 1), and the targets apply to that.
@@ -50,7 +59,8 @@ from raydata_course.sim import IngestConfig, Operator, simulate
 from raydata_course.tables import markdown_table
 from raydata_course.units import MiB
 
-__all__ = ["DEFAULT_FREE_PERIOD_S", "FREE_PHASES", "PEAK_TOLERANCE", "THROUGHPUT_TOLERANCE", "ingest_config", "compare",
+__all__ = ["DEFAULT_FREE_PERIOD_S", "FREE_PHASES", "PEAK_TOLERANCE", "THROUGHPUT_TOLERANCE", "ingest_config",
+           "in_run_task_s", "compare",
            "format_comparison", "validation_for_site", "trim_results"]
 
 #: Ray's default ``free_objects_period_milliseconds`` (1000), in seconds.
@@ -65,7 +75,7 @@ _CPU_KEYS = frozenset({"read_block_cpu_s", "decode_block_cpu_s"})
 
 
 def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: float, budget_bytes: int,
-                  cores: float, free_period_s: float = DEFAULT_FREE_PERIOD_S, format_cap: int = 4,
+                  cores: float | None, free_period_s: float = DEFAULT_FREE_PERIOD_S, format_cap: int = 4,
                   cpu_time: bool = False) -> IngestConfig:
     """The simulator's input for one lab variant.
 
@@ -75,7 +85,8 @@ def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: f
             per block (``meta["task_s"]`` of ``results.json``).
         step_s: the train step's own seconds (the run's median).
         budget_bytes: Ray Data's budget as the run probed it.
-        cores: physical cores of the machine that ran the lab.
+        cores: physical cores of the machine that ran the lab; ``None``: the tasks share none
+            (their durations already hold the sharing).
         free_period_s: the raylet's lazy-free period in seconds (0: off).
         format_cap: the installed Ray's cap on format workers.
         cpu_time: run the tasks at their CPU time (``read_block_cpu_s``, ``decode_block_cpu_s``)
@@ -104,6 +115,42 @@ def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: f
         cores=cores, free_period_s=free_period_s)
 
 
+def in_run_task_s(runs: list[dict], batch_rows: int) -> dict[str, float] | None:
+    """The read's and the decode's seconds per block of ``batch_rows`` rows during the runs
+    themselves: per run, an operator's ``generation_s / rows`` (``RunResult.operator_generation``)
+    times ``batch_rows``; the median over ``runs``.
+
+    The read is the operator whose name starts with ``Read``, the decode the one that runs
+    :func:`~raydata_course.lab.workload.decode_and_augment`.
+
+    Returns:
+        ``{"read_block_s", "decode_block_s"}`` in seconds, or ``None`` where a run lacks either
+        operator's figures (a run from before the lab recorded them, or a plan that fused the
+        read with the decode, so their times can't be told apart).
+    """
+    from raydata_course.lab.workload import decode_and_augment
+
+    def per_block(generation: dict, match) -> float | None:
+        ops = [v for name, v in generation.items() if match(name)]
+        if len(ops) != 1 or ops[0]["rows"] <= 0 or ops[0]["generation_s"] <= 0:
+            return None
+        return ops[0]["generation_s"] / ops[0]["rows"] * batch_rows
+
+    decode_name = decode_and_augment.__name__
+    reads, decodes = [], []
+    for run in runs:
+        generation = run.get("operator_generation") or {}
+        read = per_block(generation, lambda n: n.startswith("Read") and decode_name not in n)
+        decode = per_block(generation, lambda n: decode_name in n and "Read" not in n)
+        if read is None or decode is None:
+            return None
+        reads.append(read)
+        decodes.append(decode)
+    if not runs:
+        return None
+    return {"read_block_s": statistics.median(reads), "decode_block_s": statistics.median(decodes)}
+
+
 def _variant_runs(data: dict) -> dict[tuple[str, str], list[dict]]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for run in data["runs"]:
@@ -111,6 +158,14 @@ def _variant_runs(data: dict) -> dict[tuple[str, str], list[dict]]:
         setting = "lazy free" if free_ms is None else f"free {free_ms} ms"
         groups.setdefault((run["variant"], setting), []).append(run)
     return groups
+
+
+def _step_s(runs: list[dict]) -> float:
+    """The consumers' training step for the model, seconds: the runs' median step inside the
+    mid-run window, or over the whole epoch where a run lacks the former."""
+    if all(r.get("midrun_step_s_median") for r in runs):
+        return statistics.median(r["midrun_step_s_median"] for r in runs)
+    return statistics.median(r["step_s_median"] for r in runs)
 
 
 def _range_error(low: float, high: float, measured: float) -> float:
@@ -129,11 +184,12 @@ def _store_peak_bytes(timeline) -> int:
     return max(c + h + f for c, h, f in zip(sampled["counted_bytes"], sampled["hidden_bytes"], sampled["freed_bytes"]))
 
 
-def _predict(cfg: IngestConfig, cpu_cfg: IngestConfig | None) -> list[tuple[int, float, Any]]:
-    """``(peak_bytes, midrun_batches_per_s, timeline)`` for every free-timer phase and producer speed."""
+def _predict(cfg: IngestConfig, *others: IngestConfig | None) -> list[tuple[int, float, Any]]:
+    """``(peak_bytes, midrun_batches_per_s, timeline)`` for every free-timer phase and producer
+    speed (``cfg`` first, then each of ``others`` that is not ``None``)."""
     phases = [k * cfg.free_period_s / FREE_PHASES for k in range(FREE_PHASES)] if cfg.free_period_s else [0.0]
     out = []
-    for base in [cfg] + ([cpu_cfg] if cpu_cfg is not None else []):
+    for base in [cfg] + [o for o in others if o is not None]:
         for phase in phases:
             timeline = simulate(base.with_(free_phase_s=phase))
             out.append((_store_peak_bytes(timeline), timeline.midrun_batches_per_s, timeline))
@@ -143,8 +199,9 @@ def _predict(cfg: IngestConfig, cpu_cfg: IngestConfig | None) -> list[tuple[int,
 def compare(*result_files: str | Path) -> list[dict[str, Any]]:
     """Simulate every variant of each ``results.json`` and compare with the lab's medians.
 
-    Every variant is simulated at ``FREE_PHASES`` phases of the raylet's free timer and, where
-    the run recorded the tasks' CPU times, at both producer speeds (see the module docstring).
+    Every variant is simulated at ``FREE_PHASES`` phases of the raylet's free timer and at
+    each producer speed the run recorded: the tasks' wall time timed before it, their CPU
+    time, and their seconds per block during the run (see the module docstring).
 
     Args:
         result_files: ``results.json`` files of ``python -m raydata_course.lab``; a run
@@ -173,13 +230,16 @@ def compare(*result_files: str | Path) -> list[dict[str, Any]]:
             has_cpu = _CPU_KEYS <= set(task_s)
             for (variant, setting), runs in _variant_runs(data).items():
                 free_ms = runs[0].get("free_objects_period_ms")
-                kwargs = dict(step_s=statistics.median(r["step_s_median"] for r in runs),
+                kwargs = dict(step_s=_step_s(runs),
                               budget_bytes=statistics.median(r["budget_bytes"] for r in runs),
                               cores=float(meta["cpus"]), format_cap=cap,
                               free_period_s=DEFAULT_FREE_PERIOD_S if free_ms is None else free_ms / 1000)
                 cfg = ingest_config(runs[0]["config"], task_s, **kwargs)
                 cpu_cfg = ingest_config(runs[0]["config"], task_s, cpu_time=True, **kwargs) if has_cpu else None
-                predictions = _predict(cfg, cpu_cfg)
+                in_run = in_run_task_s(runs, int(runs[0]["config"]["batch_rows"]))
+                run_cfg = ingest_config(runs[0]["config"], {**task_s, **in_run}, **{**kwargs, "cores": None}) \
+                    if in_run else None
+                predictions = _predict(cfg, cpu_cfg, run_cfg)
                 nominal_peak, nominal_rate, timeline = predictions[0]
                 peaks = [p for p, _, _ in predictions]
                 rates = [r for _, r, _ in predictions]
@@ -199,7 +259,8 @@ def compare(*result_files: str | Path) -> list[dict[str, Any]]:
                     "throughput_met": abs(rate_error) <= THROUGHPUT_TOLERANCE,
                     "measured_hidden_bytes": statistics.median(r["hidden_peak_bytes"] for r in runs),
                     "predicted_hidden_bytes": timeline.hidden_peak_bytes,
-                    "producer_speeds": ["wall"] + (["cpu"] if has_cpu else []),
+                    "producer_speeds": ["wall"] + (["cpu"] if has_cpu else []) + (["in-run"] if in_run else []),
+                    "in_run_task_s": in_run,
                     "inputs": {k: v for k, v in asdict(cfg).items() if k != "notes"},
                 })
     return rows
@@ -236,7 +297,8 @@ def validation_for_site(rows: list[dict[str, Any]], results_file: str | Path) ->
 #: what :func:`compare` reads from a run; :func:`trim_results` keeps only these.
 _RUN_FIELDS = ("variant", "repeat", "config", "peak_bytes", "budget_bytes", "believed_peak_bytes", "hidden_peak_bytes",
                "step_s_median", "batches_per_s", "midrun_batches_per_s", "overall_batches_per_s", "split",
-               "free_objects_period_ms", "peak_breakdown", "first_batch_s", "wait_s_median")
+               "free_objects_period_ms", "peak_breakdown", "first_batch_s", "wait_s_median", "operator_generation",
+               "midrun_step_s_median")
 
 
 def trim_results(run_dir: str | Path, out_dir: str | Path) -> list[Path]:
@@ -253,7 +315,7 @@ def trim_results(run_dir: str | Path, out_dir: str | Path) -> list[Path]:
             continue
         data = json.loads(src.read_text())
         meta = {k: v for k, v in data["meta"].items() if k != "probe_cost"}
-        runs = [{k: r.get(k) for k in _RUN_FIELDS} for r in data["runs"]]
+        runs = [{k: r[k] for k in _RUN_FIELDS if k in r} for r in data["runs"]]
         dst = Path(out_dir) / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-from raydata_course.lab.session import RunResult
+from raydata_course.lab.epoch import RunResult
 from raydata_course.lab.workload import ROW_BYTES
 from raydata_course.tables import markdown_table
 from raydata_course.units import MiB

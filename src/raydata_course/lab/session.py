@@ -1,49 +1,25 @@
-"""Run lab variants and measure them: the engine behind ``make lab``.
+"""Run lab variants: the engine behind ``make lab``.
 
 One *run* = one variant on the lab's local cluster, with :class:`~raydata_course.measure.store.PlasmaSampler`
 polling the raylets at 10 Hz and :class:`LabProbe` (the course's :class:`~raydata_course.measure.raydata.RayDataProbe`,
-at 10 Hz) recording what Ray Data believes. From the samples it derives, for that run:
-
-- ``peak_bytes``: the highest actual object-store usage;
-- ``budget_bytes``: the variant's object-store budget (else Ray Data's limit; the executor's may be lower);
-- ``overage_bytes = peak_bytes - budget_bytes`` (upstream's definition);
-- ``believed_peak_bytes``: the highest usage Ray Data's resource manager reported;
-- ``hidden_peak_bytes``: the most bytes pinned in memory with no ``ObjectRef`` left (the
-  hidden batches, counted directly), and ``hidden_batches_per_consumer`` = that over
-  (batch bytes × consumers);
-- ``unaccounted_at_peak_bytes``: actual minus Ray Data's belief at the moment of the peak.
-  On 2.60, where every live ``ObjectRef`` is counted, it is close to the pinned-only bytes;
-  on older releases, blocks whose refs wait in the consumer's queues are uncounted too, so
-  this is the measure to compare across versions;
-- ``predicted_hidden_bytes`` from :mod:`raydata_course.lab.buffer_model`, and
-  ``realization = overage / predicted`` as upstream reports it;
-- throughput: rows/s and batches/s over the consumption phase, and the median train-step time;
-  ``overall_batches_per_s`` (all batches over the time from the consumers' start to the
-  last batch) and ``midrun_batches_per_s`` (batches 25 %-90 % of each consumer's epoch over
-  the time they took), summed over consumers; ``midrun_start_store_bytes``: the store's usage
-  as that window opens (what the producer had decoded ahead);
-- the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
-  *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
-  ``used``: the raylet frees objects every ``free_objects_period_milliseconds``).
-
-The tables and checks built on these results are :mod:`raydata_course.lab.report`.
+at 10 Hz) recording what Ray Data believes. :mod:`raydata_course.lab.epoch` turns each epoch's
+samples into a :class:`~raydata_course.lab.epoch.RunResult`; the tables and checks built on
+these results are :mod:`raydata_course.lab.report`.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
-from raydata_course.lab.buffer_model import hidden_batches
+from raydata_course.lab.epoch import RunResult, measure_epoch
 from raydata_course.lab.workload import LabConfig
 from raydata_course.measure.raydata import RayDataProbe
 from raydata_course.units import MiB
 
-__all__ = ["RunResult", "LabProbe", "LabSession", "PROBE_FLUSH_WAIT_S", "PLASMA_MIN_OBJECT_BYTES"]
+__all__ = ["LabProbe", "LabSession", "PROBE_FLUSH_WAIT_S", "PLASMA_MIN_OBJECT_BYTES"]
 
 #: seconds to wait after a run so that the probes' last samples reach the recorder.
 PROBE_FLUSH_WAIT_S = 1.0
@@ -58,50 +34,6 @@ class LabProbe(RayDataProbe):
     plasma sampler (a module-level class, so that Ray can ship it to the coordinator)."""
 
     interval_s = 0.1
-
-
-@dataclass
-class RunResult:
-    """Measurements of one run (bytes, seconds, rows; see the module docstring)."""
-
-    variant: str
-    repeat: int
-    config: dict
-    peak_bytes: int
-    budget_bytes: int
-    overage_bytes: int
-    believed_peak_bytes: int
-    hidden_peak_bytes: int
-    hidden_batches_per_consumer: float
-    unaccounted_at_peak_bytes: int
-    predicted_hidden_bytes: int
-    predicted_hidden_batches: int
-    hidden_range_batches: tuple[int, int]
-    upstream_hidden_batches: int
-    realization: float
-    spilled_bytes: int
-    rows: int
-    batches: int
-    consume_s: float
-    rows_per_s: float
-    batches_per_s: float
-    step_s_median: float
-    wait_s_median: float
-    first_batch_s: float
-    wall_s: float
-    total_wall_s: float
-    overall_batches_per_s: float = 0.0
-    midrun_batches_per_s: float = 0.0
-    split: str = "pull"
-    free_objects_period_ms: Optional[int] = None
-    #: on a GPU: the median host-to-device copy of one batch (CUDA events), seconds, and
-    #: the copies' bytes over their time, GB/s (None on CPU)
-    h2d_s_median: Optional[float] = None
-    h2d_gb_per_s: Optional[float] = None
-    midrun_start_store_bytes: Optional[int] = None  # the store's usage as the mid-run window opens
-    peak_breakdown: dict = field(default_factory=dict)
-    probe_cost: dict = field(default_factory=dict)
-    timeline: dict = field(default_factory=dict)
 
 
 class LabSession:
@@ -172,7 +104,8 @@ class LabSession:
             the machine's load at that moment allowed) and as the task's CPU time
             (``*_cpu_s``, ``time.process_time``: the work itself), and the encoded block's
             bytes. The playground's simulator (:mod:`raydata_course.lab.model_check`) takes
-            these as its operators, at both speeds.
+            these as its operators, at both speeds, beside the run's own seconds per block
+            (``RunResult.operator_generation``).
         """
         import ray
 
@@ -226,9 +159,9 @@ class LabSession:
             end = max(r["t_end_wall_s"] for r in epoch_records) - t_wall0
             in_window = [x for x in samples if start <= x.t_s <= end]
             probes = [p for p in probe_samples if start <= p["t_wall_s"] - t_wall0 <= end]
-            result = _measure(config, epoch, in_window, probes, epoch_records, t_wall0,
-                              end - start, spilled0, probe_cost, total_wall_s=wall_s,
-                              windows=[w for w in windows if start <= w["t"] - t_wall0 <= end])
+            result = measure_epoch(config, epoch, in_window, probes, epoch_records, t_wall0,
+                                   end - start, spilled0, probe_cost, total_wall_s=wall_s,
+                                   windows=[w for w in windows if start <= w["t"] - t_wall0 <= end])
             result.free_objects_period_ms = self.free_objects_period_ms
             results.append(result)
         return results
@@ -281,140 +214,3 @@ def _time_block_tasks(path: str, batch_rows: int, repeats: int) -> dict[str, flo
     return {"read_block_s": statistics.median(reads), "decode_block_s": statistics.median(decodes),
             "read_block_cpu_s": statistics.median(read_cpu), "decode_block_cpu_s": statistics.median(decode_cpu),
             "read_block_bytes": read_bytes}
-
-
-def _measure(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
-             t_wall0: float, wall_s: float, spilled0: int, probe_cost: dict, total_wall_s: float,
-             windows: list[dict] = ()) -> RunResult:
-    model = hidden_batches(config.prefetch_batches)
-    peak = max((s.used_bytes for s in samples), default=0)
-    # The budget the variant set; the push split lowers the executor's own limit (push_split.window).
-    limits = [p["limit_bytes"] for p in probe_samples if p["limit_bytes"] > 0]
-    budget = config.budget_bytes or (max(limits) if limits else 0)
-    believed = [p["usage_bytes"] for p in probe_samples]
-    hidden = [s.pinned_unreferenced_bytes for s in samples if s.pinned_unreferenced_bytes is not None]
-    hidden_peak = max(hidden, default=0)
-    predicted = model.hidden_bytes(config.batch_bytes, config.consumers)
-    overage = peak - budget
-    rows = sum(int(c.get("rows", 0)) for c in consumers)
-    batches = sum(int(c.get("batches", 0)) for c in consumers)
-    consume_s = max((float(c.get("consume_s", 0.0)) for c in consumers), default=0.0) or wall_s
-    steps = [s for c in consumers for s in c.get("step_s", [])]
-    h2d_s = [s for c in consumers for s in c.get("h2d_s", [])]
-    h2d_bytes = sum(b for c in consumers for b in c.get("h2d_bytes", []))
-    waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
-    first_waits = [c["wait_s"][0] for c in consumers if c.get("wait_s")]
-    peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
-    overall, midrun, mid_start_wall = _throughputs(consumers)
-    classified = [s for s in samples if s.referenced_bytes is not None]
-    peak_c = max(classified, key=lambda s: s.used_bytes, default=None)
-    def nearest(ts, vs, at=peak_t):
-        """The value of ``vs`` sampled nearest to ``at`` (0 for no samples)."""
-        return vs[min(range(len(ts)), key=lambda i: abs(ts[i] - at))] if ts else 0
-
-    mid_store = nearest([x.t_s for x in samples], [x.used_bytes for x in samples], at=mid_start_wall - t_wall0)
-    believed_at_peak = nearest([p["t_wall_s"] - t_wall0 for p in probe_samples], believed)
-    hidden_at_peak = nearest([x.t_s for x in samples if x.pinned_unreferenced_bytes is not None], hidden)
-    window_t = [w["t"] - t_wall0 for w in windows]
-    coordinator_at_peak = nearest(window_t, [w["held_bytes"] for w in windows], at=peak_c.t_s) if peak_c else 0
-    peak_breakdown = {
-        "t_s": peak_t,
-        "believed_bytes": believed_at_peak,
-        "hidden_bytes": hidden_at_peak,
-        "other_bytes": max(0, peak - believed_at_peak - hidden_at_peak),
-        # the classified sample with the most bytes used, split three ways
-        "classified_t_s": peak_c.t_s if peak_c else None,
-        "referenced_bytes": peak_c.referenced_bytes if peak_c else 0,
-        "pinned_unreferenced_bytes": peak_c.pinned_unreferenced_bytes if peak_c else 0,
-        "freed_not_deleted_bytes": max(0, peak_c.used_bytes - peak_c.referenced_bytes
-                                       - peak_c.pinned_unreferenced_bytes) if peak_c else 0,
-        # the referenced bytes, split between the push split's windows (the coordinator's
-        # held refs, nearest window sample) and the executor's operators
-        "coordinator_bytes": min(coordinator_at_peak, peak_c.referenced_bytes) if peak_c else 0,
-        "executor_bytes": max(0, peak_c.referenced_bytes - coordinator_at_peak) if peak_c else 0,
-        # where Ray Data's believed usage sat at its own peak, per operator
-        "believed_operators": _believed_operators(probe_samples),
-    }
-    timeline = {
-        "t_s": [round(s.t_s, 3) for s in samples],
-        "used_bytes": [s.used_bytes for s in samples],
-        "hidden_t_s": [round(s.t_s, 3) for s in samples if s.pinned_unreferenced_bytes is not None],
-        "hidden_bytes": hidden,
-        "referenced_bytes": [s.referenced_bytes for s in samples if s.referenced_bytes is not None],
-        "classified_used_bytes": [s.used_bytes for s in samples if s.referenced_bytes is not None],
-        "believed_t_s": [round(p["t_wall_s"] - t_wall0, 3) for p in probe_samples],
-        "believed_bytes": believed,
-        "limit_bytes": [p["limit_bytes"] for p in probe_samples],
-        "external_consumer_bytes": [p["external_consumer_bytes"] for p in probe_samples],
-        "executor": [p["executor"] for p in probe_samples],
-        "window_t_s": [round(t, 3) for t in window_t],
-        "windows_rows": [w["windows_rows"] for w in windows],
-        "window_held_bytes": [w["held_bytes"] for w in windows],
-    }
-    return RunResult(
-        variant=config.name, repeat=repeat, config=config.as_dict(),
-        peak_bytes=peak, budget_bytes=budget, overage_bytes=overage,
-        believed_peak_bytes=max(believed, default=0),
-        hidden_peak_bytes=hidden_peak,
-        hidden_batches_per_consumer=hidden_peak / (config.batch_bytes * config.consumers),
-        unaccounted_at_peak_bytes=max(0, peak - believed_at_peak),
-        predicted_hidden_bytes=predicted, predicted_hidden_batches=model.nominal,
-        hidden_range_batches=(model.low, model.high), upstream_hidden_batches=model.upstream,
-        realization=overage / predicted if predicted else float("nan"),
-        spilled_bytes=max((s.spilled_bytes_total for s in samples), default=spilled0) - spilled0,
-        rows=rows, batches=batches, consume_s=consume_s,
-        rows_per_s=rows / consume_s if consume_s else 0.0,
-        batches_per_s=batches / consume_s if consume_s else 0.0,
-        step_s_median=statistics.median(steps) if steps else float("nan"),
-        wait_s_median=statistics.median(waits) if waits else float("nan"),
-        first_batch_s=max(first_waits, default=float("nan")),
-        wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
-        overall_batches_per_s=overall, midrun_batches_per_s=midrun, split=config.split,
-        midrun_start_store_bytes=mid_store if mid_start_wall and samples else None,
-        probe_cost=probe_cost, timeline=timeline,
-        h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
-        h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
-    )
-
-
-def _believed_operators(probe_samples: list[dict]) -> list[dict]:
-    """Ray Data's believed usage at its highest sample, per operator that held any.
-
-    Returns:
-        ``[{"operator", "bytes", "pending_bytes", "tasks"}]``, upstream first: the operator's
-        short name (``MapBatches``, ``ReadFilesParquetV2``), its object-store usage as Ray
-        Data counts it, the part of it that is its running tasks' estimated pending output,
-        and its running tasks (empty when the probe recorded no per-operator figures).
-    """
-    top = max(probe_samples, key=lambda p: p["usage_bytes"], default=None)
-    if not top or not top.get("op_bytes"):
-        return []
-    pending = top.get("op_pending_bytes") or [0] * len(top["op_bytes"])
-    tasks = top.get("op_tasks") or [0] * len(top["op_bytes"])
-    return [{"operator": re.split(r"[\[(]", name, maxsplit=1)[0], "bytes": b, "pending_bytes": p, "tasks": n}
-            for name, b, p, n in zip(top["operators"], top["op_bytes"], pending, tasks) if b > 0]
-
-
-def _throughputs(consumers: list[dict]) -> tuple[float, float, float]:
-    """(overall, mid-run) batches/s summed over consumers, and when the mid-run window
-    opened (the first consumer to reach 25 % of its epoch; wall clock, 0 for none).
-
-    Overall: all batches over the time from the consumers' first start to the last batch
-    (wall clock, so start-up counts). Mid-run: per consumer, the batches from 25 % to 90 % of
-    its epoch over the time they took, summed over consumers.
-    """
-    starts = [c["t_start_wall_s"] for c in consumers if c.get("batch_t_s")]
-    ends = [c["t_start_wall_s"] + c["batch_t_s"][-1] for c in consumers if c.get("batch_t_s")]
-    batches = sum(len(c.get("batch_t_s", [])) for c in consumers)
-    overall = batches / (max(ends) - min(starts)) if starts and max(ends) > min(starts) else 0.0
-    midrun, opened = 0.0, []
-    for c in consumers:
-        t = c.get("batch_t_s", [])
-        lo, hi = int(0.25 * len(t)), int(0.90 * len(t)) - 1
-        if hi > lo and t[hi] > t[lo]:
-            midrun += (hi - lo) / (t[hi] - t[lo])
-            opened.append(c["t_start_wall_s"] + t[lo])
-    return overall, midrun, min(opened, default=0.0)
-
-
-# ------------------------------------------------------------------------------ reports

@@ -62,6 +62,12 @@ class RayDataSample:
             its running tasks' estimated pending outputs
             (``OpRuntimeMetrics.obj_store_mem_pending_task_outputs``).
         op_tasks: per operator, upstream first, its running tasks.
+        op_generation_s: per operator, upstream first, the seconds its tasks have spent making
+            their output blocks since the execution started, as the workers timed each block
+            (``OpRuntimeMetrics.block_generation_time``: a sum of wall times, so it includes
+            whatever slowed the tasks, the machine's other load included).
+        op_rows: per operator, upstream first, the rows of those blocks
+            (``OpRuntimeMetrics.rows_task_outputs_generated``).
     """
 
     t_wall_s: float
@@ -75,6 +81,8 @@ class RayDataSample:
     op_bytes: list[int] = field(default_factory=list)
     op_pending_bytes: list[int] = field(default_factory=list)
     op_tasks: list[int] = field(default_factory=list)
+    op_generation_s: list[float] = field(default_factory=list)
+    op_rows: list[int] = field(default_factory=list)
 
 
 try:
@@ -152,8 +160,11 @@ class RayDataProbe(_ExecutionCallback):
         pending = getattr(rm, "_mem_op_internal", None) or {}
         op_pending = [_finite(pending.get(op, 0) or 0) for op in topology]
         op_tasks = [int(getattr(op.metrics, "num_tasks_running", 0) or 0) for op in topology]
+        op_generation_s = [float(getattr(op.metrics, "block_generation_time", 0) or 0) for op in topology]
+        op_rows = [int(getattr(op.metrics, "rows_task_outputs_generated", 0) or 0) for op in topology]
         return RayDataSample(time.time(), now, self._pid, self._id, _finite(usage), _finite(limit),
-                             int(external), [op.name for op in topology], op_bytes, op_pending, op_tasks)
+                             int(external), [op.name for op in topology], op_bytes, op_pending, op_tasks,
+                             op_generation_s, op_rows)
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
@@ -178,6 +189,11 @@ class RayDataProbe(_ExecutionCallback):
         now = time.monotonic()
         if now - self._last_sample < self.interval_s:
             return
+        self._sample(executor, now)
+        if now - self._last_flush >= self.flush_s:
+            self._flush()
+
+    def _sample(self, executor, now: float) -> None:
         self._last_sample = now
         sample = self._read(executor, now)
         if sample is not None:
@@ -186,10 +202,9 @@ class RayDataProbe(_ExecutionCallback):
                 if len(local) < _MAX_LOCAL_SAMPLES:
                     local.append(sample)
             self._buffer.append(asdict(sample))
-        if now - self._last_flush >= self.flush_s:
-            self._flush()
 
     def after_execution_succeeds(self, executor) -> None:
+        self._sample(executor, time.monotonic())  # the execution's final counters
         self._flush()
 
     def after_execution_fails(self, executor, error: Exception) -> None:
