@@ -214,6 +214,13 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     where = _believed_operators(samples)
     top = max(s["usage_bytes"] for s in samples)
     assert sum(o["bytes"] for o in where) == top and "MapBatches" in where[-1]["operator"]
+    # the execution's last sample holds its final counters: every row, and the UDF's sleeps
+    # (20 blocks x 0.05 s) inside the time its tasks spent making blocks
+    from raydata_course.lab.epoch import _generation_per_operator
+
+    generation = _generation_per_operator(samples)
+    [mapped] = [v for name, v in generation.items() if "MapBatches(slow)" in name]
+    assert mapped["rows"] == 2000 and 20 * 0.05 <= mapped["generation_s"] < 60, generation
 
 
 def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0):
