@@ -267,7 +267,9 @@ def test_push_targets_per_setting_and_throughput_ratios():
         "executor 159 / windows 64 / pinned without a ref 0 / freed, not deleted 128"
     assert markdown_rows(format_push_targets([missed]))[1][5] == missed["where"]
     # a missed throughput says what each split had decoded ahead when the mid-run window
-    # opened, and how long its consumers waited per batch
+    # opened, and how long its consumers waited per batch; with the epoch's size known, what
+    # push would need decoded ahead for the mid-run target: 2 x 12 batches of 32 MiB in the
+    # window, 24 / 7.6 s at 0.95 x pull's 8 b/s, of which push makes at most 5 b/s
     fast_pull = _result("train-fast", peak_mib=600, delay=0.0, overall=4.0, midrun=8.0)
     fast_pull.midrun_start_store_bytes, fast_pull.wait_s_median = 640 * MiB, 0.001
     fast_push = _result("train-fast-push", peak_mib=300, delay=0.0, overall=3.6, midrun=5.0)
@@ -275,6 +277,9 @@ def test_push_targets_per_setting_and_throughput_ratios():
     rate = {c["target"]: c for c in push_targets([fast_pull, fast_push], 0)}
     assert not rate["push / pull throughput, mid-run >="]["met"] and rate["push / pull throughput, mid-run >="]["where"] == \
         "at mid-run start: pull 640, push 200 stored; wait per batch: pull 0.001 s, push 0.120 s"
+    fast_push.config["batches_per_consumer"] = 20
+    assert push_targets([fast_pull, fast_push], 0)[0]["where"].endswith(
+        "; for 0.95 x pull's mid-run rate push needs >= 263 decoded ahead as the window opens (1.03 x the budget)")
     rows = markdown_rows(format_push_targets(list(rate.values())))
     assert [r[5] for r in rows[1:] if r[4] == "MISSED"] == [rate["push / pull throughput, overall >="]["where"]] * 2
     assert all(r[5] == "" for r in rows[1:] if r[4] == "met")

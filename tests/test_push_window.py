@@ -209,6 +209,32 @@ def test_the_executor_limit_leaves_the_headroom_ray_data_takes_over_it():
     assert unknown.executor_limit_bytes is None
 
 
+def test_the_headroom_gives_way_fast_only_where_the_limit_starves_a_consumer_and_the_budget_has_room():
+    """The overshoot grows as the limit falls (the windows and a decode task stay whatever the
+    limit), so the headroom's slow decay alone ratchets the limit to its floor. It decays by
+    ``room_decay`` instead while a consumer waited, Ray Data's usage is at its limit (the
+    limit is what holds the executor back) and the recent peak of that usage leaves one more
+    task per operator under the budget; a consumer that did not wait, an executor below its
+    limit, or a recent peak near the budget keep the slow decay."""
+    def run(waited_s, usages, budget=256):
+        c = WindowController([SplitRequest(10, 40)], headroom_bytes=128, room_decay=0.9, headroom_decay=1.0,
+                             peak_decay=0.95)
+        for usage in usages:
+            c.tick(Observation(budget_bytes=budget, usage_bytes=usage, operators_need_bytes=20,
+                               limit_bytes=c.executor_limit_bytes or c.limit_for(budget),
+                               splits=[SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=waited_s, ready_rows=0)]))
+        return c.headroom_bytes, c.executor_limit_bytes
+
+    assert run(0.1, [140])[0] == pytest.approx(128 * 0.9)
+    # starved and held back: the limit climbs until usage is under it (two ticks), then stays
+    assert run(0.1, [140] * 20) == (pytest.approx(128 * 0.9 ** 2), 256 - int(128 * 0.9 ** 2 + 1))
+    assert run(0.0, [140] * 20) == (128, 128)  # nobody waited: the limit stays
+    assert run(0.1, [100] * 20) == (128, 128)  # the executor is under its limit: more would not help
+    assert run(0.1, [240] * 20) == (128, 128)  # one more task per operator would not fit the budget
+    # a spike near the budget holds the limit until its memory decays (by 5 % per tick here)
+    assert run(0.1, [250, 140])[0] == 128 and run(0.1, [250, 140, 140])[0] == pytest.approx(128 * 0.9)
+
+
 def test_steering_on_the_store_also_lowers_the_executor_limit_by_the_store_s_excess():
     """With ``steer_on_store``, how far the store's measured usage went over the budget (bytes
     freed, not yet deleted by the raylet) lowers the executor's limit as well, as a maximum that

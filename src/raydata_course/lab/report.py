@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-from raydata_course.lab.epoch import RunResult
+from raydata_course.lab.epoch import RunResult, _midrun_span
 from raydata_course.lab.workload import ROW_BYTES
 from raydata_course.tables import markdown_table
 from raydata_course.units import MiB
@@ -27,7 +27,8 @@ from raydata_course.units import MiB
 __all__ = ["summarize", "format_table", "HIDDEN_VS_MODEL_RANGE", "quick_check", "pull_push_pairs",
            "format_push_table", "PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "PUSH_PEAK_MAX_FREE0",
            "PUSH_PEAK_MAX_LAZY", "push_targets", "format_gpu_table",
-           "believed_where", "peak_where", "rate_where", "format_push_targets", "format_versions_table", "load_results", "save_results"]
+           "believed_where", "peak_where", "rate_where", "midrun_stock_needed_bytes", "format_push_targets",
+           "format_versions_table", "load_results", "save_results"]
 
 
 def _mib(num_bytes: float) -> str:
@@ -317,8 +318,44 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
         known = [r.midrun_start_store_bytes for r in runs if r.midrun_start_store_bytes is not None]
         return _mib(med(known)) if known else "n/a"
 
-    return (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
-            f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
+    words = (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
+             f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
+    cfg = push[0].config
+    if all(k in cfg for k in ("consumers", "batches_per_consumer", "batch_rows")):
+        lo, hi = _midrun_span(cfg["batches_per_consumer"])
+        needed = midrun_stock_needed_bytes(med([r.midrun_batches_per_s for r in pull]),
+                                           med([r.midrun_batches_per_s for r in push]),
+                                           cfg["consumers"] * (hi - lo), cfg["batch_rows"] * ROW_BYTES)
+        if needed:
+            words += (f"; for {PUSH_THROUGHPUT_MIN} x pull's mid-run rate push needs >= {_mib(needed)} decoded "
+                      f"ahead as the window opens ({needed / push[0].budget_bytes:.2f} x the budget)")
+    return words
+
+
+def midrun_stock_needed_bytes(pull_midrun_batches_per_s: float, push_midrun_batches_per_s: float,
+                              window_batches: int, batch_bytes: int,
+                              fraction: float = PUSH_THROUGHPUT_MIN) -> float:
+    """A lower bound on the bytes push must have decoded ahead when the mid-run window opens
+    to run that window at ``fraction`` times pull's mid-run rate, in bytes.
+
+    The window holds ``window_batches`` batches (all consumers); at the target rate it lasts
+    ``T = window_batches / (fraction * pull rate)`` seconds, during which push's producer makes
+    at most ``push rate * T`` batches: push's measured mid-run rate includes draining what it
+    had decoded ahead, so it is an upper bound on its producer's. What the consumers take
+    beyond that must already be there: ``(window_batches - push rate * T) * batch_bytes``,
+    0 when push's rate already suffices. A split held to a budget cannot start the window
+    with more than the budget, less what its tasks in flight hold.
+
+    Examples:
+        >>> round(midrun_stock_needed_bytes(2.0, 1.5, 24, 32), 1)  # 24 batches in 12.6 s, 18.9 made
+        161.7
+        >>> midrun_stock_needed_bytes(2.0, 1.9, 24, 32)
+        0.0
+    """
+    target = fraction * pull_midrun_batches_per_s
+    if target <= 0 or push_midrun_batches_per_s >= target:
+        return 0.0
+    return (window_batches - push_midrun_batches_per_s * window_batches / target) * batch_bytes
 
 
 def believed_where(operators: list[dict]) -> str:

@@ -34,7 +34,21 @@ task per operator over the limit it was given. The controller measures that over
 ``max(B - H, B * min_limit_fraction)`` as its limit (:attr:`WindowController.executor_limit_bytes`;
 the coordinator applies it only to a budget the user set, not to the limit Ray Data picks
 itself from the cluster's store), so that Ray Data's believed usage, overshoot included,
-stays near ``B``. The headroom carries
+stays near ``B``. The overshoot is not a constant, though: the windows and a running
+decode task stay whatever the limit, so the lower the limit, the larger the overshoot over
+it, and a headroom that only decays slowly ratchets the limit down to its floor, where the
+executor runs one task at a time and a fast consumer starves. So ``H`` decays by
+``room_decay`` per tick (fast) instead while all three hold: a consumer waited since the
+last tick, Ray Data's believed usage is at or over the executor's limit (the limit is what
+holds the executor back, so more limit buys output), and the recent peak of the believed
+usage (a maximum that decays by ``peak_decay``, half in about 30 s,
+:attr:`WindowController.peak_usage_bytes`) plus ``room_reserves`` times ``R`` fits ``B`` (one more task per operator would not take Ray
+Data over the budget). A slow consumer, which does not wait, or an executor whose usage
+spikes near ``B``, keeps the slow decay, so the limit rises only where it buys throughput
+and the budget has room for it. The peak is remembered for tens of seconds because such
+spikes come back every few seconds (a slow consumer's windows full while a burst of decode
+tasks runs): with a memory of one second, the limit climbed back between two spikes and
+each one took Ray Data over the budget. The headroom carries
 over from one epoch's controller to the next (``headroom_bytes``). With ``steer_on_store``
 the limit also comes down by how far the object store's measured usage went over the budget
 (``store_bytes - B``; under push, with nothing else using the store, that excess is mostly
@@ -203,9 +217,17 @@ class WindowController:
         reserve_decay: per-tick factor by which the remembered operator need, and the
             remembered lazily freed bytes, decay (0.98 at 10 Hz forgets half in about 3.5 s).
         headroom_decay: per-tick factor by which the headroom decays while the executor holds
-            anything (0.9998 at 10 Hz forgets half in about 6 minutes: the overshoot is Ray
-            Data's structure, about one task per operator, and comes back in short spikes
-            that a 10 Hz tick catches only now and then).
+            anything and the fast ``room_decay`` does not apply (0.9998 at 10 Hz forgets half
+            in about 6 minutes: the overshoot is Ray Data's structure, about one task per
+            operator, and comes back in short spikes that a 10 Hz tick catches only now and
+            then).
+        room_decay: per-tick factor by which the headroom decays while a consumer starves,
+            the executor is at its limit and the budget has room (0.98 at 10 Hz: half in about
+            3.5 s; see the module docstring).
+        peak_decay: per-tick factor by which the remembered peak of Ray Data's believed usage
+            decays (0.9977 at 10 Hz: half in about 30 s).
+        room_reserves: how many times the operators' need ``R`` the recent peak of Ray
+            Data's believed usage must leave free under ``B`` for the fast decay.
         headroom_bytes: the headroom ``H`` to start from (the previous epoch's
             :attr:`headroom_bytes`), in bytes.
         min_limit_fraction: the executor's limit never goes below this fraction of the budget.
@@ -215,6 +237,8 @@ class WindowController:
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
         lazy_bytes: with ``steer_on_store``, how far the store's measured usage went over the
             budget, ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
+        peak_usage_bytes: the recent peak of Ray Data's believed usage (a maximum that decays
+            by ``peak_decay`` per tick), in bytes.
         headroom_bytes: how far Ray Data's believed usage went over the executor's limit without
             the lazy term (decaying maximum, at least ``R``), in bytes.
         executor_limit_bytes: the object-store limit the executor should run under,
@@ -236,12 +260,16 @@ class WindowController:
     max_patience_ticks: int = 80
     reserve_decay: float = 0.98
     headroom_decay: float = 0.9998
+    room_decay: float = 0.98
+    peak_decay: float = 0.9977
+    room_reserves: float = 1.0
     headroom_bytes: float = 0.0
     min_limit_fraction: float = 0.5
     windows_rows: list[int] = field(init=False)
     executor_limit_bytes: Optional[int] = field(init=False, default=None)
     reserve_bytes: float = field(init=False, default=0.0)
     lazy_bytes: float = field(init=False, default=0.0)
+    peak_usage_bytes: float = field(init=False, default=0.0)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(init=False, default_factory=list)
@@ -281,7 +309,18 @@ class WindowController:
             # free is one Ray Data's usage lags behind, and that lag is not its overshoot.
             limit = max(limit, executor_limit(obs.budget_bytes, self.headroom_bytes, self.min_limit_fraction))
         overshoot = 0.0 if limit is None else float(obs.usage_bytes - limit)
-        kept = self.headroom_bytes * (self.headroom_decay if obs.usage_bytes > 0 else 1.0)
+        starved = any(s.waited_s > self.wait_threshold_s for s in obs.splits)
+        held_back = limit is not None and obs.usage_bytes >= limit
+        self.peak_usage_bytes = max(float(obs.usage_bytes), self.peak_usage_bytes * self.peak_decay)
+        room = obs.budget_bytes is not None and \
+            self.peak_usage_bytes + self.room_reserves * self.reserve_bytes <= obs.budget_bytes
+        if obs.usage_bytes <= 0:
+            decay = 1.0
+        elif starved and held_back and room:
+            decay = self.room_decay  # the limit is what starves a consumer, and the budget has room
+        else:
+            decay = self.headroom_decay
+        kept = self.headroom_bytes * decay
         self.headroom_bytes = max(overshoot, kept, self.reserve_bytes)
         lazy = 0.0
         if self.steer_on_store and obs.store_bytes is not None and obs.budget_bytes is not None:
