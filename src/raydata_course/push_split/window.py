@@ -40,15 +40,12 @@ it, and a headroom that only decays slowly ratchets the limit down to its floor,
 executor runs one task at a time and a fast consumer starves. So ``H`` decays by
 ``room_decay`` per tick (fast) instead while all three hold: a consumer waited since the
 last tick, Ray Data's believed usage is at or over the executor's limit (the limit is what
-holds the executor back, so more limit buys output), and the recent peak of the believed
-usage (a maximum that decays by ``peak_decay``, half in about 30 s,
-:attr:`WindowController.peak_usage_bytes`) plus ``room_reserves`` times ``R`` fits ``B`` (one more task per operator would not take Ray
-Data over the budget). A slow consumer, which does not wait, or an executor whose usage
-spikes near ``B``, keeps the slow decay, so the limit rises only where it buys throughput
-and the budget has room for it. The peak is remembered for tens of seconds because such
-spikes come back every few seconds (a slow consumer's windows full while a burst of decode
-tasks runs): with a memory of one second, the limit climbed back between two spikes and
-each one took Ray Data over the budget. The headroom carries
+holds the executor back, so more limit buys output), and the believed usage plus
+``room_reserves`` (2) times ``R`` fits ``B`` (two more tasks per operator would not take Ray
+Data over the budget: one for the task the higher limit lets start, one for the overshoot
+that comes with it). A consumer that does not wait, or an executor near ``B``, keeps the
+slow decay, so the limit rises only where it buys throughput and the budget has room for
+it. The headroom carries
 over from one epoch's controller to the next (``headroom_bytes``). With ``steer_on_store``
 the limit also comes down by how far the object store's measured usage went over the budget
 (``store_bytes - B``; under push, with nothing else using the store, that excess is mostly
@@ -224,10 +221,8 @@ class WindowController:
         room_decay: per-tick factor by which the headroom decays while a consumer starves,
             the executor is at its limit and the budget has room (0.98 at 10 Hz: half in about
             3.5 s; see the module docstring).
-        peak_decay: per-tick factor by which the remembered peak of Ray Data's believed usage
-            decays (0.9977 at 10 Hz: half in about 30 s).
-        room_reserves: how many times the operators' need ``R`` the recent peak of Ray
-            Data's believed usage must leave free under ``B`` for the fast decay.
+        room_reserves: how many times the operators' need ``R`` Ray Data's believed usage
+            must leave free under ``B`` for the fast decay.
         headroom_bytes: the headroom ``H`` to start from (the previous epoch's
             :attr:`headroom_bytes`), in bytes.
         min_limit_fraction: the executor's limit never goes below this fraction of the budget.
@@ -237,8 +232,6 @@ class WindowController:
         reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
         lazy_bytes: with ``steer_on_store``, how far the store's measured usage went over the
             budget, ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
-        peak_usage_bytes: the recent peak of Ray Data's believed usage (a maximum that decays
-            by ``peak_decay`` per tick), in bytes.
         headroom_bytes: how far Ray Data's believed usage went over the executor's limit without
             the lazy term (decaying maximum, at least ``R``), in bytes.
         executor_limit_bytes: the object-store limit the executor should run under,
@@ -261,15 +254,13 @@ class WindowController:
     reserve_decay: float = 0.98
     headroom_decay: float = 0.9998
     room_decay: float = 0.98
-    peak_decay: float = 0.9977
-    room_reserves: float = 1.0
+    room_reserves: float = 2.0
     headroom_bytes: float = 0.0
     min_limit_fraction: float = 0.5
     windows_rows: list[int] = field(init=False)
     executor_limit_bytes: Optional[int] = field(init=False, default=None)
     reserve_bytes: float = field(init=False, default=0.0)
     lazy_bytes: float = field(init=False, default=0.0)
-    peak_usage_bytes: float = field(init=False, default=0.0)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(init=False, default_factory=list)
@@ -311,9 +302,8 @@ class WindowController:
         overshoot = 0.0 if limit is None else float(obs.usage_bytes - limit)
         starved = any(s.waited_s > self.wait_threshold_s for s in obs.splits)
         held_back = limit is not None and obs.usage_bytes >= limit
-        self.peak_usage_bytes = max(float(obs.usage_bytes), self.peak_usage_bytes * self.peak_decay)
         room = obs.budget_bytes is not None and \
-            self.peak_usage_bytes + self.room_reserves * self.reserve_bytes <= obs.budget_bytes
+            obs.usage_bytes + self.room_reserves * self.reserve_bytes <= obs.budget_bytes
         if obs.usage_bytes <= 0:
             decay = 1.0
         elif starved and held_back and room:

@@ -1,0 +1,204 @@
+"""The push-based split's targets in the lab: the checks ``make lab`` prints with their verdicts.
+
+:func:`push_targets` checks one lazy-free setting's pull and push runs against the targets
+(``PUSH_*``); for a missed one it says where the bytes or the time went (:func:`peak_where`,
+:func:`rate_where`, :func:`believed_where`, :func:`midrun_stock_needed_bytes`);
+:func:`format_push_targets` prints the checks as a Markdown table.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional
+
+from raydata_course.lab.epoch import RunResult, _midrun_span
+from raydata_course.lab.workload import ROW_BYTES
+from raydata_course.tables import markdown_table
+from raydata_course.units import MiB
+
+__all__ = ["PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "PUSH_PEAK_MAX_FREE0", "PUSH_PEAK_MAX_LAZY",
+           "pull_push_pairs", "push_targets", "believed_where", "peak_where", "rate_where",
+           "midrun_stock_needed_bytes", "format_push_targets"]
+
+
+def _mib(num_bytes: float) -> str:
+    return f"{num_bytes / MiB:,.0f}"
+
+
+def pull_push_pairs(results: list[RunResult]) -> list[str]:
+    """The variants of ``results`` that have a push-based twin (``X`` and ``X-push``), in order.
+
+    Returns:
+        The pull variants' names, e.g. ``["train-slow"]`` (empty when no push variant ran).
+    """
+    ran = {r.variant for r in results}
+    return [name for name in dict.fromkeys(r.variant for r in results) if f"{name}-push" in ran]
+
+
+#: the lab's targets for the push-based split (medians over repeats): in a slow variant,
+#: push's peak over the budget with the raylet's lazy free off / at its default, and pull's
+#: peak over the budget with it off; in a fast variant, push's throughput over pull's.
+PUSH_PEAK_MAX_FREE0 = 1.05
+PUSH_PEAK_MAX_LAZY = 1.25
+PUSH_PULL_OVERAGE_MIN = 1.5
+PUSH_THROUGHPUT_MIN = 0.95
+
+
+def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int] = 0) -> list[dict[str, Any]]:
+    """Check the push-vs-pull targets on one cluster setting's runs (medians over repeats).
+
+    Targets:
+
+    * a slow variant (``step_delay_s > 0``): push's peak / budget is at most
+      ``PUSH_PEAK_MAX_FREE0`` with the raylet's lazy free off (``free_objects_period_ms
+      == 0``) and ``PUSH_PEAK_MAX_LAZY`` with it at its default (None); with it off, pull's
+      peak / budget is at least ``PUSH_PULL_OVERAGE_MIN`` (the problem the split fixes);
+    * a fast variant (``step_delay_s == 0``): push's throughput is at least
+      ``PUSH_THROUGHPUT_MIN`` times pull's, overall and mid-run (batches 25-90 %);
+    * every variant: under push, the peak of what Ray Data believes it uses is at most its
+      budget.
+
+    Args:
+        results: one cluster setting's runs, pull and push.
+        free_objects_period_ms: that setting (0: lazy free off; None: the default 1000 ms).
+
+    Returns:
+        One dict per check: ``variant``, ``target`` (words), ``value``, ``bound``, ``met`` and
+        ``where`` (words: :func:`peak_where` of push's median-peak run for a peak,
+        :func:`rate_where` for a throughput, :func:`believed_where` for Ray Data's belief).
+    """
+    med = statistics.median
+    checks = []
+
+    def check(name, target, value, bound, at_most, where=""):
+        checks.append({"variant": name, "target": f"{target} {'<=' if at_most else '>='}", "value": value,
+                       "bound": bound, "met": _meets(value, bound, at_most), "where": where})
+
+    for name in pull_push_pairs(results):
+        pull = [r for r in results if r.variant == name]
+        push = [r for r in results if r.variant == f"{name}-push"]
+        cfg = push[0].config
+        if cfg.get("step_delay_s", 0) > 0:
+            limit = PUSH_PEAK_MAX_FREE0 if free_objects_period_ms == 0 else PUSH_PEAK_MAX_LAZY
+            mid = sorted(push, key=lambda r: r.peak_bytes)[(len(push) - 1) // 2]  # the (lower) median run
+            check(name, "push peak / budget", med([r.peak_bytes / r.budget_bytes for r in push]), limit, True,
+                  where=peak_where(mid.peak_breakdown))
+            if free_objects_period_ms == 0:
+                check(name, "pull peak / budget", med([r.peak_bytes / r.budget_bytes for r in pull]),
+                      PUSH_PULL_OVERAGE_MIN, False)
+        else:
+            where = rate_where(pull, push)
+            for label, attr in (("overall", "overall_batches_per_s"), ("mid-run", "midrun_batches_per_s")):
+                pull_rate = med([getattr(r, attr) for r in pull])
+                ratio = med([getattr(r, attr) for r in push]) / pull_rate if pull_rate else 0.0
+                check(name, f"push / pull throughput, {label}", ratio, PUSH_THROUGHPUT_MIN, False, where=where)
+        top = max(push, key=lambda r: r.believed_peak_bytes)
+        check(name, "push: Ray Data's believed peak / budget",
+              med([r.believed_peak_bytes / r.budget_bytes for r in push]), 1.0, True,
+              where=believed_where(top.peak_breakdown.get("believed_operators") or []))
+    return checks
+
+
+def _meets(value: float, bound: float, at_most: bool) -> bool:
+    """Whether ``value`` is within ``bound``: at most it, or at least it."""
+    return value <= bound if at_most else value >= bound
+
+
+def peak_where(breakdown: dict) -> str:
+    """Push's bytes at the store's fullest classified sample, in words (MiB).
+
+    Examples:
+        >>> peak_where({"executor_bytes": 159 * 2**20, "coordinator_bytes": 64 * 2**20,
+        ...             "pinned_unreferenced_bytes": 0, "freed_not_deleted_bytes": 128 * 2**20})
+        'executor 159 / windows 64 / pinned without a ref 0 / freed, not deleted 128'
+    """
+    parts = (("executor", "executor_bytes"), ("windows", "coordinator_bytes"),
+             ("pinned without a ref", "pinned_unreferenced_bytes"), ("freed, not deleted", "freed_not_deleted_bytes"))
+    if any(key not in breakdown for _, key in parts):  # results from before the breakdown existed
+        return "not recorded"
+    return " / ".join(f"{label} {_mib(breakdown[key])}" for label, key in parts)
+
+
+def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
+    """Where a throughput gap comes from, in words (medians over repeats): the object store's
+    usage when the mid-run window opened (what the producer had decoded ahead, MiB) and each
+    split's median wait for a batch (seconds)."""
+    med = statistics.median
+
+    def stored(runs):
+        known = [r.midrun_start_store_bytes for r in runs if r.midrun_start_store_bytes is not None]
+        return _mib(med(known)) if known else "n/a"
+
+    words = (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
+             f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
+    cfg = push[0].config
+    if all(k in cfg for k in ("consumers", "batches_per_consumer", "batch_rows")):
+        lo, hi = _midrun_span(cfg["batches_per_consumer"])
+        needed = midrun_stock_needed_bytes(med([r.midrun_batches_per_s for r in pull]),
+                                           med([r.midrun_batches_per_s for r in push]),
+                                           cfg["consumers"] * (hi - lo), cfg["batch_rows"] * ROW_BYTES)
+        if needed:
+            words += (f"; for {PUSH_THROUGHPUT_MIN} x pull's mid-run rate push needs >= {_mib(needed)} decoded "
+                      f"ahead as the window opens ({needed / push[0].budget_bytes:.2f} x the budget)")
+    return words
+
+
+def midrun_stock_needed_bytes(pull_midrun_batches_per_s: float, push_midrun_batches_per_s: float,
+                              window_batches: int, batch_bytes: int,
+                              fraction: float = PUSH_THROUGHPUT_MIN) -> float:
+    """A lower bound on the bytes push must have decoded ahead when the mid-run window opens
+    to run that window at ``fraction`` times pull's mid-run rate, in bytes.
+
+    The window holds ``window_batches`` batches (all consumers); at the target rate it lasts
+    ``T = window_batches / (fraction * pull rate)`` seconds, during which push's producer makes
+    at most ``push rate * T`` batches: push's measured mid-run rate includes draining what it
+    had decoded ahead, so it is an upper bound on its producer's. What the consumers take
+    beyond that must already be there: ``(window_batches - push rate * T) * batch_bytes``,
+    0 when push's rate already suffices. A split held to a budget cannot start the window
+    with more than the budget, less what its tasks in flight hold.
+
+    Examples:
+        >>> round(midrun_stock_needed_bytes(2.0, 1.5, 24, 32), 1)  # 24 batches in 12.6 s, 18.9 made
+        161.7
+        >>> midrun_stock_needed_bytes(2.0, 1.9, 24, 32)
+        0.0
+    """
+    target = fraction * pull_midrun_batches_per_s
+    if target <= 0 or push_midrun_batches_per_s >= target:
+        return 0.0
+    return (window_batches - push_midrun_batches_per_s * window_batches / target) * batch_bytes
+
+
+def believed_where(operators: list[dict]) -> str:
+    """Where Ray Data's believed usage sat at its peak, in words (MiB per operator, with the
+    running tasks' estimated pending output in parentheses).
+
+    Examples:
+        >>> believed_where([{"operator": "ReadFilesParquetV2", "bytes": 383 * 2**20,
+        ...                  "pending_bytes": 255 * 2**20, "tasks": 1}])
+        'ReadFilesParquetV2 383 (255 pending)'
+    """
+    return " / ".join(f"{o['operator']} {_mib(o['bytes'])}" +
+                      (f" ({_mib(o['pending_bytes'])} pending)" if o.get("pending_bytes") else "")
+                      for o in operators)
+
+
+def format_push_targets(checks: list[dict[str, Any]]) -> str:
+    """The checks of :func:`push_targets` as a Markdown table (empty string for none); a
+    missed target says where: a peak, push's bytes at the store's fullest sample by holder; a
+    throughput, what each split had stored when the mid-run window opened and its wait per
+    batch; Ray Data's believed usage, where its bytes sat at its peak, by operator."""
+    if not checks:
+        return ""
+    def shown(c):  # enough digits that the shown value agrees with the verdict
+        for digits in (3, 4, 6):
+            text = f"{c['value']:.{digits}f}"
+            if _meets(float(text), c["bound"], c["target"].endswith("<=")) == c["met"]:
+                return text
+        return text
+
+    body = [[c["variant"], c["target"].rsplit(" ", 1)[0], shown(c),
+             f"{c['target'].rsplit(' ', 1)[1]} {c['bound']:.2f}", "met" if c["met"] else "MISSED",
+             c.get("where", "") if not c["met"] else ""] for c in checks]
+    return markdown_table(["variant", "target", "measured", "bound", "met", "where, when missed (MiB, s)"],
+                          body, align="llrrll")
