@@ -35,10 +35,6 @@ __all__ = ["summarize", "format_table", "HIDDEN_VS_MODEL_RANGE", "quick_check", 
            "format_versions_table", "load_results", "save_results"]
 
 
-def _mib(num_bytes: float) -> str:
-    return f"{num_bytes / MiB:,.0f}"
-
-
 def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
     """One row per variant: medians and spreads over its repeats."""
     rows = []
