@@ -79,6 +79,14 @@ _OUTPUT_POLL_S = 0.01
 #: the executor's limit changes only when the controller's differs by at least this (bytes),
 #: or by a 64th of the budget when that is less.
 _LIMIT_STEP_BYTES = 1 << 20
+#: seconds between the controller's readings of the object store (``steer_on_store``). A
+#: reading is a raylet ``GetNodeStats`` call, and the raylet answers it only after asking
+#: every worker on its node for its core-worker stats (``NodeManager::HandleGetNodeStats``
+#: in ``node_manager.cc``): at every 0.1 s tick that fan-out took CPU from the trainers. The
+#: signal it is for, bytes freed but not yet deleted, changes once per raylet free batch
+#: (``free_objects_period_milliseconds``, 1000 ms by default), so two readings a second
+#: resolve it. Ticks in between see no store reading (``Observation.store_bytes`` is None).
+STORE_SAMPLE_INTERVAL_S = 0.5
 #: ``"adaptive"``: budget-aware windows that follow the consumers (:mod:`.window`);
 #: ``"fixed"``: every window is what its consumer asked for, ``prefetch_batches * batch_size``.
 WINDOW_POLICIES = ("adaptive", "fixed")
@@ -216,8 +224,8 @@ class PushSplitCoordinator:
         window: one of :data:`WINDOW_POLICIES`.
         steer_on_store: (adaptive only) count the object store's measured usage over the
             budget as pressure, and lower the executor's limit by how far it went over; it is
-            the only signal that sees freed-but-not-yet-deleted bytes (one gRPC call per tick,
-            about a millisecond).
+            the only signal that sees freed-but-not-yet-deleted bytes (one raylet gRPC call
+            every :data:`STORE_SAMPLE_INTERVAL_S` seconds).
         control_interval_s: seconds between the window controller's ticks.
         read_ahead_cap: (adaptive only) install
             :class:`~raydata_course.push_split.readahead.ReadAheadPolicy` on the executor.
@@ -405,6 +413,7 @@ class PushSplitCoordinator:
             _ship_windows(self._window_records(start))
 
     def _control(self, epoch: int, controller: WindowController) -> None:
+        next_store_s = 0.0  # the store is read at the first tick, then every STORE_SAMPLE_INTERVAL_S
         while not self._stop.wait(self._control_interval_s):
             with self._cond:
                 if self._epoch != epoch or self._epoch_error is not None or \
@@ -420,7 +429,10 @@ class PushSplitCoordinator:
             if self._budget_bytes is None:  # the first limit read: epoch 0 starts at the budget
                 self._budget_bytes = limit_bytes
             budget_bytes = self._budget_bytes
-            store_bytes = self._store_used_bytes() if self._steer_on_store else None
+            store_bytes = None
+            if self._steer_on_store and time.monotonic() >= next_store_s:
+                next_store_s = time.monotonic() + STORE_SAMPLE_INTERVAL_S
+                store_bytes = self._store_used_bytes()
             windows = controller.tick(Observation(budget_bytes, usage_bytes, states, store_bytes,
                                                   operators_need_bytes=need_bytes, limit_bytes=limit_bytes))
             with self._cond:
