@@ -160,6 +160,26 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
 
 
+def test_steering_on_the_store_reads_it_twice_a_second_not_at_every_tick(ray_cluster):
+    """With ``steer_on_store`` the controller reads the object store (a raylet call that asks
+    every worker on the node for its stats) every ``STORE_SAMPLE_INTERVAL_S`` seconds; the
+    ticks in between steer on Ray Data's usage alone."""
+    from raydata_course.push_split.coordinator import STORE_SAMPLE_INTERVAL_S
+    from raydata_course.units import MiB
+
+    ds = ray.data.range_tensor(120, shape=(64, 1024), override_num_blocks=30)  # 4 rows = 2 MiB a block
+    ds = ds.map_batches(lambda b: {"id": b["data"][:, 0, 0], "data": b["data"]}, batch_size=None)
+    ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=24 * MiB)
+    splits = push_split(ds, 2, equal=True, steer_on_store=True)
+    (out, _) = _run(splits, batch_size=4, prefetch_batches=2, delays={0: (0.1,), 1: (0.1,)})
+    assert sorted(i for per_split in out for i in per_split[0]) == list(range(120))
+    history = splits[0].debug_state()["window_history"]
+    read_t = [h["t"] for h in history if h["store_bytes"] is not None]
+    assert 2 <= len(read_t) < len(history), (len(read_t), len(history))
+    gaps_s = [b - a for a, b in zip(read_t, read_t[1:])]
+    assert min(gaps_s) >= STORE_SAMPLE_INTERVAL_S - 0.1, gaps_s
+
+
 @pytest.mark.slow  # a Ray Data pipeline per case; the rule itself is tests/test_push_window.py's, in test-fast
 @pytest.mark.parametrize("cap", [True, False])
 def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_cluster, cap):

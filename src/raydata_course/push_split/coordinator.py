@@ -431,8 +431,8 @@ class PushSplitCoordinator:
             budget_bytes = self._budget_bytes
             store_bytes = None
             if self._steer_on_store and time.monotonic() >= next_store_s:
-                next_store_s = time.monotonic() + STORE_SAMPLE_INTERVAL_S
                 store_bytes = self._store_used_bytes()
+                next_store_s = time.monotonic() + STORE_SAMPLE_INTERVAL_S  # from the reading's end
             windows = controller.tick(Observation(budget_bytes, usage_bytes, states, store_bytes,
                                                   operators_need_bytes=need_bytes, limit_bytes=limit_bytes))
             with self._cond:
