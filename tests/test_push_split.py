@@ -160,6 +160,7 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
 
 
+@pytest.mark.slow  # a Ray Data pipeline that runs for seconds; the controller's rules are in test-fast
 def test_steering_on_the_store_reads_it_twice_a_second_not_at_every_tick(ray_cluster):
     """With ``steer_on_store`` the controller reads the object store (a raylet call that asks
     every worker on the node for its stats) every ``STORE_SAMPLE_INTERVAL_S`` seconds; the
