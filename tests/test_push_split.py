@@ -133,6 +133,15 @@ def test_window_bound_with_blocks_larger_than_the_window(ray_cluster):
             assert inflight <= flow["max_target_rows"] + max(flow["max_block_rows"], 1) - 1, flow
 
 
+def _two_mib_blocks(rows: int, budget_bytes: int):
+    """A dataset of ``rows`` rows with an ``id`` column, 4 rows (2 MiB) a block, under an
+    object-store budget of ``budget_bytes``."""
+    ds = ray.data.range_tensor(rows, shape=(64, 1024), override_num_blocks=rows // 4)
+    ds = ds.map_batches(lambda b: {"id": b["data"][:, 0, 0], "data": b["data"]}, batch_size=None)
+    ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=budget_bytes)
+    return ds
+
+
 def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     """A slow and a fast consumer under a small budget: every row once, every window between
     one batch and what was asked for, and the controller reading the budget it was given.
@@ -141,10 +150,7 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     from raydata_course.units import MiB
 
     batch_rows, prefetch = 4, 4
-    ds = ray.data.range_tensor(240, shape=(64, 1024), override_num_blocks=60)  # 4 rows = 2 MiB a block
-    ds = ds.map_batches(lambda b: {"id": b["data"][:, 0, 0], "data": b["data"]}, batch_size=None)
-    ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=24 * MiB)
-    splits = push_split(ds, 2, equal=True)
+    splits = push_split(_two_mib_blocks(240, 24 * MiB), 2, equal=True)
     (out, _) = _run(splits, batch_size=batch_rows, prefetch_batches=prefetch, delays={0: (0.15,)})
     ids = [i for per_split in out for i in per_split[0]]
     assert sorted(ids) == list(range(240))
@@ -168,10 +174,7 @@ def test_steering_on_the_store_reads_it_twice_a_second_not_at_every_tick(ray_clu
     from raydata_course.push_split.coordinator import STORE_SAMPLE_INTERVAL_S
     from raydata_course.units import MiB
 
-    ds = ray.data.range_tensor(120, shape=(64, 1024), override_num_blocks=30)  # 4 rows = 2 MiB a block
-    ds = ds.map_batches(lambda b: {"id": b["data"][:, 0, 0], "data": b["data"]}, batch_size=None)
-    ds.context.execution_options.resource_limits = ray.data.ExecutionResources(object_store_memory=24 * MiB)
-    splits = push_split(ds, 2, equal=True, steer_on_store=True)
+    splits = push_split(_two_mib_blocks(120, 24 * MiB), 2, equal=True, steer_on_store=True)
     (out, _) = _run(splits, batch_size=4, prefetch_batches=2, delays={0: (0.1,), 1: (0.1,)})
     assert sorted(i for per_split in out for i in per_split[0]) == list(range(120))
     history = splits[0].debug_state()["window_history"]

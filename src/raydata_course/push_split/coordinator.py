@@ -817,7 +817,8 @@ class PushSplitCoordinator:
     def _window_records(self, start: int) -> list[dict]:
         """The window samples from index ``start`` on, as dicts: ``t`` (``time.time()``),
         ``epoch``, ``windows_rows``, ``budget_bytes``, ``usage_bytes`` (Ray Data's belief),
-        ``held_bytes`` (the windows' held refs), ``store_bytes`` (measured, or None),
+        ``held_bytes`` (the windows' held refs), ``store_bytes`` (measured, or None on a tick
+        that did not read the store, see :data:`STORE_SAMPLE_INTERVAL_S`),
         ``operators_need_bytes`` (Ray Data's estimate), ``reserve_bytes`` (the controller's
         remembered need) and ``key`` (the split group)."""
         with self._cond:
