@@ -221,6 +221,11 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     generation = _generation_per_operator(samples)
     [mapped] = [v for name, v in generation.items() if "MapBatches(slow)" in name]
     assert mapped["rows"] == 2000 and 20 * 0.05 <= mapped["generation_s"] < 60, generation
+    # the scheduling thread's CPU time only grows, and the epoch's figure is its last reading
+    from raydata_course.lab.epoch import _loop_cpu_s
+
+    cpu = [s["loop_cpu_s"] for s in samples]
+    assert cpu == sorted(cpu) and 0 < cpu[-1] < 60 and _loop_cpu_s(samples) == round(cpu[-1], 3), cpu
 
 
 def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0):
@@ -427,5 +432,32 @@ def test_the_run_s_generation_per_operator_and_mid_run_steps():
     assert _generation_per_operator(samples) == {"Read": {"generation_s": 4.0, "rows": 35},
                                                  "Decode": {"generation_s": 6.0, "rows": 25}}
     assert _generation_per_operator([]) == {}
+    from raydata_course.lab.epoch import _loop_cpu_s
+
+    samples = [dict(sample("a", 1.0, [], []), loop_cpu_s=0.5), dict(sample("a", 2.0, [], []), loop_cpu_s=1.25),
+               dict(sample("b", 1.0, [], []), loop_cpu_s=0.25)]
+    assert _loop_cpu_s(samples) == 1.5  # each execution's last reading, summed
+    assert _loop_cpu_s([sample("a", 1.0, [], [])]) is None  # results from before it was recorded
     consumer = {"batch_t_s": [float(i) for i in range(1, 13)], "step_s": [float(i) for i in range(12)]}
     assert _midrun_steps_s([consumer]) == [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+def test_the_push_table_gives_medians_ratios_and_the_executor_loop_cpu():
+    from dataclasses import replace
+
+    from raydata_course.lab.report import format_push_table
+
+    runs = [replace(_result("train-fast", peak_mib=p, overall=2.0, midrun=4.0), loop_cpu_s=cpu, repeat=i)
+            for i, (p, cpu) in enumerate([(300, 1.0), (320, 1.5), (310, 9.0)])]
+    runs += [replace(_result("train-fast-push", peak_mib=260, overall=1.9, midrun=3.0), loop_cpu_s=None, repeat=0)]
+    table = format_push_table(runs, free_objects_period_ms=0)
+    header, _, pull, push = [line for line in table.splitlines() if line.startswith("|")]
+    cells = {split: dict(zip([c.strip() for c in header.strip("|").split("|")],
+                             [c.strip() for c in row.strip("|").split("|")])) for split, row in (("pull", pull), ("push", push))}
+    assert cells["pull"]["peak MiB (median, min-max)"] == "310 (300-320)"
+    assert cells["pull"]["executor loop CPU s"] == "1.50"  # the median of 1.0, 1.5, 9.0
+    assert cells["push"]["executor loop CPU s"] == "n/a"  # not recorded in these results
+    assert cells["push"]["push/pull overall"] == "0.95" and cells["push"]["push/pull mid-run"] == "0.75"
+    assert cells["push"]["push peak / pull peak"] == "0.84"
+    assert "free_objects_period_milliseconds=0" in table
+    assert format_push_table(runs[:3]) == ""  # no push twin: no table

@@ -184,6 +184,28 @@ def test_steering_on_the_store_reads_it_twice_a_second_not_at_every_tick(ray_clu
     assert min(gaps_s) >= STORE_SAMPLE_INTERVAL_S - 0.1, gaps_s
 
 
+@pytest.mark.slow  # a Ray Data pipeline per case; IdleWait's rule is tests/test_push_window.py's, in test-fast
+@pytest.mark.parametrize("idle_wait", [True, False])
+def test_the_idle_wait_is_installed_reports_and_loses_no_row(ray_cluster, idle_wait):
+    """Two slow consumers under a budget that holds a third of the dataset, two epochs: every
+    row arrives once per epoch with the executor's loop waiting for news when stuck, and each
+    epoch's executor reports its loop (an ``IdleWait``, or with ``idle_wait=False`` a
+    ``LoopMeter`` that never waits). How much the spin costs is ``make lab``'s to measure."""
+    from raydata_course.units import MiB
+
+    splits = push_split(_two_mib_blocks(120, 24 * MiB), 2, equal=True, idle_wait=idle_wait)
+    (out, _) = _run(splits, batch_size=4, prefetch_batches=2, delays={0: (0.1,), 1: (0.1,)}, epochs=2)
+    for epoch in range(2):
+        assert sorted(i for per_split in out for i in per_split[epoch]) == list(range(120))
+    state = splits[0].debug_state()
+    for idle in (state["finished_epochs"][-1]["idle"], state["idle"]):  # epoch 0's and epoch 1's executor
+        assert idle["loop_cpu_s"] > 0, idle  # the callback ran in the loop's thread
+        if idle_wait:
+            assert idle["waits"] <= idle["stuck_steps"] and idle["waited_s"] <= 0.15 * idle["waits"] + 0.1, idle
+        else:
+            assert idle["waits"] == 0 and idle["waited_s"] == 0.0, idle
+
+
 @pytest.mark.slow  # a Ray Data pipeline per case; the rule itself is tests/test_push_window.py's, in test-fast
 @pytest.mark.parametrize("cap", [True, False])
 def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_cluster, cap):

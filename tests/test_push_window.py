@@ -368,3 +368,100 @@ def test_the_read_ahead_cap_lifts_while_the_downstream_has_nothing_in_flight_and
     limited = _Op("read", out_block=7 * MiB, downstream=[_Op("limit", downstream=[decode])])
     policy = _policy(_RM({"read": 14 * MiB}, ineligible={"limit"}))
     assert not policy.can_add_input(limited) and policy.max_task_output_bytes_to_read(limited) == 0
+
+
+# ---------------------------------------------------------------- the idle wait (.idle)
+
+
+class _LoopMetrics:
+    def __init__(self):
+        self.num_inputs_received = self.num_task_outputs_generated = self.num_outputs_taken = 0
+        self.num_tasks_submitted = self.num_tasks_finished = 0
+
+
+class _LoopOp:
+    def __init__(self):
+        self._metrics = _LoopMetrics()
+        self.completed = False
+
+    def has_completed(self):
+        return self.completed
+
+
+class _LoopQueue:
+    num_blocks = 0  # a property in Ray's OpBufferQueue, a method in its bundle queues
+
+
+class _LoopState:
+    def __init__(self):
+        self.output_queue = _LoopQueue()
+
+
+class _LoopExecutor:
+    def __init__(self):
+        self.op = _LoopOp()
+        self._topology = {self.op: _LoopState()}
+        self._shutdown = False
+
+
+def _step_s(waiter, executor) -> float:
+    import time
+
+    start = time.monotonic()
+    waiter.on_execution_step(executor)
+    return time.monotonic() - start
+
+
+def test_the_idle_wait_waits_only_on_a_quick_step_that_changed_nothing():
+    from raydata_course.push_split.idle import IDLE_WAIT_S, IdleWait, LoopMeter, wake
+
+    executor, waiter = _LoopExecutor(), IdleWait()
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2  # the first step has nothing to compare with
+    assert _step_s(waiter, executor) >= IDLE_WAIT_S * 0.8  # stuck: it waits out Ray's timeout
+    executor.op._metrics.num_outputs_taken += 1  # progress: an output was taken
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2
+    queue = executor._topology[executor.op].output_queue
+    queue.num_blocks = 3  # progress: the output queue changed
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2
+    queue.num_blocks = 0
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2  # the queue changed back: progress again
+    wake()  # news since the previous step: the loop looks again at once
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2
+    import time
+
+    time.sleep(IDLE_WAIT_S)  # a step as long as Ray's own wait did not spin
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2
+    executor.op.completed = True  # the last step of an execution does not delay its end
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2
+    executor.op.completed, executor._shutdown = False, True
+    assert _step_s(waiter, executor) < IDLE_WAIT_S / 2
+    assert waiter.waits == 1 and waiter.stuck_steps == 2, (waiter.waits, waiter.stuck_steps)  # the wait, the last step
+
+    meter, executor = LoopMeter(), _LoopExecutor()
+    assert max(_step_s(meter, executor) for _ in range(5)) < IDLE_WAIT_S / 2
+    assert meter.stuck_steps == 4 and meter.waits == 0
+
+
+def test_a_wake_ends_the_wait_and_a_broken_executor_never_waits():
+    import threading
+
+    from raydata_course.push_split.idle import IDLE_WAIT_S, IdleWait, wake
+
+    executor, waiter = _LoopExecutor(), IdleWait()
+    waiter.on_execution_step(executor)
+    timer = threading.Timer(IDLE_WAIT_S / 5, wake)
+    timer.start()
+    assert _step_s(waiter, executor) < IDLE_WAIT_S * 0.8
+    timer.join()
+
+    class Broken(_LoopExecutor):
+        @property
+        def _topology(self):
+            return {object(): None}  # an operator without what the rule reads
+
+        @_topology.setter
+        def _topology(self, value):
+            pass
+
+    broken, waiter = Broken(), IdleWait()
+    assert max(_step_s(waiter, broken) for _ in range(3)) < IDLE_WAIT_S / 2

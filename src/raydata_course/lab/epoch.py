@@ -27,7 +27,10 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
 - ``operator_generation``: per operator, the seconds its tasks spent making blocks during the
   epoch and those blocks' rows (the producer's speed in the run itself, which
   :mod:`raydata_course.lab.model_check` gives the simulator); ``midrun_step_s_median``: the
-  median training step inside the mid-run window.
+  median training step inside the mid-run window;
+- ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
+  over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
+  process that runs it, which shares the machine with the consumers.
 
 The tables and checks built on these results are :mod:`raydata_course.lab.report`.
 """
@@ -91,6 +94,7 @@ class RunResult:
     operator_generation: dict = field(default_factory=dict)
     probe_cost: dict = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)
+    loop_cpu_s: Optional[float] = None  # the executor's scheduling thread, CPU seconds (None: not recorded)
 
 
 def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
@@ -201,6 +205,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         midrun_start_store_bytes=mid_store if mid_start_wall and samples else None,
         operator_generation=_generation_per_operator(probe_samples),
         midrun_step_s_median=statistics.median(midrun_steps) if midrun_steps else None,
+        loop_cpu_s=_loop_cpu_s(probe_samples),
         probe_cost=probe_cost, timeline=timeline,
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
@@ -227,6 +232,17 @@ def _generation_per_operator(probe_samples: list[dict]) -> dict[str, dict]:
             entry["generation_s"] += gen_s
             entry["rows"] += rows
     return out
+
+
+def _loop_cpu_s(probe_samples: list[dict]) -> Optional[float]:
+    """The CPU seconds the scheduling threads of the executions sampled in ``probe_samples``
+    used, summed: each execution's highest ``loop_cpu_s`` (cumulative from its thread's
+    start). None when no sample recorded it (results from before it was recorded)."""
+    last: dict[str, float] = {}
+    for p in probe_samples:
+        if p.get("loop_cpu_s"):
+            last[p["executor"]] = max(last.get(p["executor"], 0.0), float(p["loop_cpu_s"]))
+    return round(sum(last.values()), 3) if last else None
 
 
 def _believed_operators(probe_samples: list[dict]) -> list[dict]:

@@ -144,7 +144,9 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     batches/s), and where a consumer's time went: its training step and its wait for the
     next batch (medians, seconds). A slower step under push with no more waiting is CPU the
     producer takes while the consumers train, instead of before (pull's hidden buffers let
-    the producer run ahead). Every run's wall time is listed.
+    the producer run ahead). Then the CPU seconds the executor's scheduling thread used per
+    epoch (median; ``RunResult.loop_cpu_s``): Ray Data's loop shares the cores with the
+    consumers. Every run's wall time is listed.
 
     Returns:
         A Markdown table (empty string when no push variant ran).
@@ -154,7 +156,8 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                else f"free_objects_period_milliseconds={free_objects_period_ms}")
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget", "overage MiB",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
-               "mid-run b/s", "push/pull overall", "push/pull mid-run", "step / wait s (median)", "run s"]
+               "mid-run b/s", "push/pull overall", "push/pull mid-run", "step / wait s (median)",
+               "executor loop CPU s", "run s"]
     body = []
     names = pull_push_pairs(results)
     for name in names:
@@ -173,6 +176,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                 "overall": med([r.overall_batches_per_s for r in runs]),
                 "midrun": med([r.midrun_batches_per_s for r in runs]),
                 "step": med([r.step_s_median for r in runs]), "wait": med([r.wait_s_median for r in runs]),
+                "loop": [r.loop_cpu_s for r in runs if r.loop_cpu_s is not None],
             }
         pull, push = rows["pull"], rows["push"]
         for split, r in rows.items():
@@ -186,10 +190,11 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                          f"{push['overall'] / pull['overall']:.2f}" if both else "",
                          f"{push['midrun'] / pull['midrun']:.2f}" if both else "",
                          f"{r['step']:.3f} / {r['wait']:.3f}",
+                         f"{med(r['loop']):.2f}" if r["loop"] else "n/a",
                          ", ".join(f"{x.wall_s:.1f}" for x in r["runs"])])
     if not names:
         return ""
-    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrll")
+    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrlrl")
 
 
 def format_gpu_table(results: list[RunResult]) -> str:

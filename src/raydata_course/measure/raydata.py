@@ -68,6 +68,11 @@ class RayDataSample:
             whatever slowed the tasks, the machine's other load included).
         op_rows: per operator, upstream first, the rows of those blocks
             (``OpRuntimeMetrics.rows_task_outputs_generated``).
+        loop_cpu_s: CPU seconds the executor's scheduling thread had used since it started
+            (``time.thread_time`` at its latest sampled loop step; the executor is a thread
+            of its own, ``StreamingExecutor(threading.Thread)``). A loop that finds nothing
+            to do yet does not wait runs again at once (``push_split.idle``), and this is
+            where that shows.
     """
 
     t_wall_s: float
@@ -83,6 +88,7 @@ class RayDataSample:
     op_tasks: list[int] = field(default_factory=list)
     op_generation_s: list[float] = field(default_factory=list)
     op_rows: list[int] = field(default_factory=list)
+    loop_cpu_s: float = 0.0
 
 
 try:
@@ -126,6 +132,7 @@ class RayDataProbe(_ExecutionCallback):
         self._last_flush = time.monotonic()
         self._recorder = None
         self._no_recorder = False
+        self._loop_cpu_s = 0.0
 
     # ------------------------------------------------------------ this process's samples
     @classmethod
@@ -164,7 +171,7 @@ class RayDataProbe(_ExecutionCallback):
         op_rows = [int(getattr(op.metrics, "rows_task_outputs_generated", 0) or 0) for op in topology]
         return RayDataSample(time.time(), now, self._pid, self._id, _finite(usage), _finite(limit),
                              int(external), [op.name for op in topology], op_bytes, op_pending, op_tasks,
-                             op_generation_s, op_rows)
+                             op_generation_s, op_rows, self._loop_cpu_s)
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
@@ -189,6 +196,7 @@ class RayDataProbe(_ExecutionCallback):
         now = time.monotonic()
         if now - self._last_sample < self.interval_s:
             return
+        self._loop_cpu_s = time.thread_time()  # here only: the last sample runs in shutdown's thread
         self._sample(executor, now)
         if now - self._last_flush >= self.flush_s:
             self._flush()

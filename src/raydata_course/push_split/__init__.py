@@ -94,7 +94,8 @@ DEFAULT_LIVENESS_INTERVAL_S = 1.0
 
 def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list] = None,
                liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S, window: str = "adaptive",
-               steer_on_store: bool = False, read_ahead_cap: bool = True) -> list[PushSplitIterator]:
+               steer_on_store: bool = False, read_ahead_cap: bool = True,
+               idle_wait: bool = True) -> list[PushSplitIterator]:
     """Split ``ds`` into ``n`` push-fed iterators, a drop-in for ``ds.streaming_split(n, equal=...)``.
 
     Args:
@@ -118,6 +119,11 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
         read_ahead_cap: (adaptive) add :class:`~raydata_course.push_split.readahead.ReadAheadPolicy`
             to the executor's backpressure policies: while an operator's downstream has tasks
             running, the operator holds at most about twice their inputs, or two of its blocks.
+        idle_wait: add :class:`~raydata_course.push_split.idle.IdleWait` to the executor's
+            execution callbacks: a scheduling loop that can do nothing until a consumer frees
+            bytes waits for the coordinator's news instead of spinning (off: Ray Data's own
+            loop, with a :class:`~raydata_course.push_split.idle.LoopMeter` that measures what
+            the spin costs; both report in ``debug_state()["idle"]``).
 
     Returns:
         ``n`` :class:`PushSplitIterator`; split ``i`` is ``result[i]``.
@@ -152,5 +158,6 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
     coord = actor_cls.options(
         max_concurrency=2 * n + 8,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store, read_ahead_cap=read_ahead_cap)
+    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store, read_ahead_cap=read_ahead_cap,
+             idle_wait=idle_wait)
     return [PushSplitIterator(coord, i, n, key) for i in range(n)]

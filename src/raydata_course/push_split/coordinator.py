@@ -59,6 +59,7 @@ import ray
 
 from raydata_course._util import cause_chain
 from raydata_course.push_split.flow import SplitFlow
+from raydata_course.push_split.idle import IdleWait, install_idle_wait, wake
 from raydata_course.push_split.inbox import deliver
 from raydata_course.push_split.messages import Arrival, Delivery, Parcel, PushSplitError, RowRange
 from raydata_course.push_split.readahead import install_read_ahead_cap
@@ -181,6 +182,17 @@ def _set_executor_limit(executor, limit_bytes: int) -> None:
     rm = getattr(executor, "_resource_manager", None)
     if rm is not None:
         rm._global_limits_last_update_time = 0
+    wake()
+
+
+def _idle_stats(executor) -> dict:
+    """How many steps of ``executor``'s scheduling loop were stuck, how often it waited for
+    news instead of spinning, and the CPU time of its thread
+    (:class:`~raydata_course.push_split.idle.IdleWait`): ``{"stuck_steps": int, "waits": int,
+    "waited_s": float, "loop_cpu_s": float}`` (seconds), zeros when it has no ``IdleWait``."""
+    waiters = [c for c in getattr(executor, "_callbacks", None) or [] if isinstance(c, IdleWait)]
+    return {"stuck_steps": sum(w.stuck_steps for w in waiters), "waits": sum(w.waits for w in waiters), "waited_s": round(sum(w.waited_s for w in waiters), 3),
+            "loop_cpu_s": round(sum(w.loop_cpu_s for w in waiters), 3)}
 
 
 def _budget_and_usage(executor) -> tuple[Optional[int], int, Optional[int]]:
@@ -229,13 +241,16 @@ class PushSplitCoordinator:
         control_interval_s: seconds between the window controller's ticks.
         read_ahead_cap: (adaptive only) install
             :class:`~raydata_course.push_split.readahead.ReadAheadPolicy` on the executor.
+        idle_wait: install :class:`~raydata_course.push_split.idle.IdleWait` on the executor
+            (off: :class:`~raydata_course.push_split.idle.LoopMeter`, which only measures).
 
     Raises:
         ValueError: an unknown ``window`` or a ``control_interval_s`` not above 0.
     """
 
     def __init__(self, split_dataset, n: int, key: str, liveness_interval_s: float, window: str = "adaptive",
-                 steer_on_store: bool = False, control_interval_s: float = 0.1, read_ahead_cap: bool = True):
+                 steer_on_store: bool = False, control_interval_s: float = 0.1, read_ahead_cap: bool = True,
+                 idle_wait: bool = True):
         import ray.data
 
         if window not in WINDOW_POLICIES:
@@ -260,6 +275,10 @@ class PushSplitCoordinator:
             # (Dataset._create_executor, dataset.py:8531): this process's copy of it, so the
             # caller's dataset is untouched (self._ctx, copied above, does not need it).
             install_read_ahead_cap(split_dataset.context)
+        # An executor that can do nothing until a consumer frees bytes waits for the
+        # coordinator's news (a report, a block taken, a limit changed) instead of spinning
+        # (.idle); without idle_wait, a LoopMeter only measures the spin.
+        install_idle_wait(split_dataset.context, wait=idle_wait)
         self._ds = split_dataset
         self._n = n
         self._liveness_interval_s = liveness_interval_s
@@ -367,7 +386,8 @@ class PushSplitCoordinator:
         finally:
             self._cond.acquire()
         if old_flows:
-            self._epochs.append({"epoch": starting, "splits": {i: f.snapshot() for i, f in old_flows.items()}})
+            self._epochs.append({"epoch": starting, "splits": {i: f.snapshot() for i, f in old_flows.items()},
+                                 "idle": _idle_stats(old_executor)})
             for flow in old_flows.values():
                 flow.inflight.clear()
         self._epoch = starting + 1
@@ -517,6 +537,7 @@ class PushSplitCoordinator:
                     return
                 pending.extend(zip(bundle.blocks, bundle.slices))
                 del bundle
+                wake()  # the output queue shrank: the executor may have room again
             if draining:  # the consumer stopped early: keep the splitter flowing, drop blocks
                 pending.clear()
                 continue
@@ -610,6 +631,7 @@ class PushSplitCoordinator:
             self._history.append((time.time(), total))
         if self._executor is not None:
             self._executor.set_external_consumer_bytes(total)
+            wake()
 
     # ---------------------------------------------------------------- consumer reports
 
@@ -791,8 +813,9 @@ class PushSplitCoordinator:
     def debug_state(self) -> dict:
         """A snapshot for tests and plots: the epoch, its error, each split's flow state
         (:meth:`SplitFlow.snapshot`), the external-consumer bytes last reported, the
-        finished epochs' final flow states, and the history of pushed-but-unconsumed
-        bytes as ``(time.time(), bytes)`` pairs."""
+        finished epochs' final flow states (each with its executor's ``idle`` waits, see
+        :func:`_idle_stats`), and the history of pushed-but-unconsumed bytes as
+        ``(time.time(), bytes)`` pairs."""
         with self._cond:
             return {
                 "epoch": self._epoch,
@@ -809,6 +832,7 @@ class PushSplitCoordinator:
                 "window_events": [] if self._controller is None else
                 [{"tick": ev.tick, "split": ev.split, "rows": ev.rows, "why": ev.why} for ev in self._controller.events],
                 "window_warnings": sorted(self._warned),
+                "idle": _idle_stats(self._executor),
             }
 
     def ping(self) -> bool:
