@@ -171,6 +171,7 @@ def test_plasma_sampler_skips_a_failed_reading_and_keeps_sampling(ray_cluster, m
     assert sampler.failed_readings == 1 and len(samples) >= 5
 
 
+@pytest.mark.slow  # a Ray Data pipeline of 20 slow blocks (about 30 s on two cores): make test runs it
 def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     import ray
     import ray.data

@@ -72,6 +72,7 @@ def test_every_row_once_equal_counts_and_window(ray_cluster):
     assert all(f["unconsumed_blocks"] == 0 for f in state["splits"].values())
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_equal_true_trims_uneven_rows(ray_cluster):
     ds = ray.data.range(103, override_num_blocks=5)
     (out, _) = _run(push_split(ds, 2, equal=True), batch_size=7)
@@ -79,6 +80,7 @@ def test_equal_true_trims_uneven_rows(ray_cluster):
     assert len(set(out[0][0]) | set(out[1][0])) == 102
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_several_epochs_and_torch_batches(ray_cluster):
     torch = pytest.importorskip("torch")  # noqa: F841
     ds = ray.data.range(240, override_num_blocks=8)
@@ -91,6 +93,7 @@ def test_several_epochs_and_torch_batches(ray_cluster):
     assert state["epoch"] == 2 and len(state["finished_epochs"]) == 2
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_drop_last_and_batch_shapes_in_the_driver(ray_cluster):
     """Consumed in the driver (not an actor): the fetch transport, same semantics."""
     ds = ray.data.range(100, override_num_blocks=4)
@@ -106,6 +109,7 @@ def test_drop_last_and_batch_shapes_in_the_driver(ray_cluster):
     assert sizes == {0: [15, 15, 15], 1: [15, 15, 15]}
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_window_bound_with_blocks_larger_than_the_window(ray_cluster):
     """A 100-row window and 64-row blocks: at most one block beyond the window is in flight,
     and a slow consumer still gets every row."""
@@ -142,6 +146,7 @@ def _two_mib_blocks(rows: int, budget_bytes: int):
     return ds
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     """A slow and a fast consumer under a small budget: every row once, every window between
     one batch and what was asked for, and the controller reading the budget it was given.
@@ -247,6 +252,7 @@ def test_the_read_ahead_cap_keeps_the_head_operator_near_its_downstream(ray_clus
         assert held >= 16, f"without the cap the head held only {held:.1f} MiB: the test no longer shows the cap"
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_a_fixed_window_is_what_the_consumer_asked_for(ray_cluster):
     splits = push_split(ray.data.range(300, override_num_blocks=10), 2, window="fixed")
     (out, _) = _run(splits, batch_size=10, prefetch_batches=3, delays={0: (0.01,)})
@@ -300,6 +306,7 @@ def test_out_of_range_split_index_is_rejected(ray_cluster):
         next(iter(splits[0].iter_batches(batch_size=None)))
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_teardown_failure_fails_the_next_epoch_for_every_split(ray_cluster):
     ds = ray.data.range(40, override_num_blocks=2)
     splits = push_split(ds, 2)
@@ -323,6 +330,7 @@ def test_teardown_failure_fails_the_next_epoch_for_every_split(ray_cluster):
     assert sorted(out[0][0] + out[1][0]) == list(range(40))
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_a_dead_consumer_fails_the_others_quickly(ray_cluster):
     ds = ray.data.range(2000, override_num_blocks=40)
     splits = push_split(ds, 2, liveness_interval_s=0.5)
@@ -340,6 +348,7 @@ def test_a_dead_consumer_fails_the_others_quickly(ray_cluster):
     assert time.monotonic() - t0 < CONSUMER_DEATH_TIMEOUT_S
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 @pytest.mark.parametrize("failure", ["actor pool cannot start", "a UDF raises midway"])
 def test_an_execution_error_reaches_every_split_promptly(ray_cluster, failure):
     """Every push consumer raises the execution's own error, as every pull split does: when the
@@ -379,6 +388,7 @@ def test_an_execution_error_reaches_every_split_promptly(ray_cluster, failure):
         ctx.wait_for_min_actors_s = saved
 
 
+@pytest.mark.slow  # Ray-backed, 10-35 s on two cores: make test runs it, make test-fast keeps one pipeline
 def test_reports_late_duplicate_and_reordered(ray_cluster):
     """Direct protocol checks against the coordinator: deliveries reordered on arrival,
     duplicates and late reports ignored."""

@@ -11,9 +11,10 @@ unread, because the backpressure policies let it read none
 a consumer frees bytes, yet the loop runs again at once, as often as the CPU lets it, holding
 the GIL of the process it runs in while doing so.
 
-Under the push split that is the usual state of a fast consumer's epoch: the budget binds
-(the point of the split), and the executor has nothing to do until a consumer reports a
-batch done, while the loop runs in the coordinator, on cores the trainers need.
+Under the push split the budget binds by design (the point of the split), so the executor
+comes to that state whenever its outputs wait for the consumers, and has nothing to do until a
+consumer reports a batch done, while the loop runs in the coordinator, on cores the trainers
+need.
 ``benchmarks/idle_wait.py`` measures the loop's CPU time with and without the idle wait in
 one run, and ``make lab``'s push table gives it per epoch under pull and push
 (``RunResult.loop_cpu_s``).
