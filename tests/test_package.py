@@ -249,3 +249,14 @@ def test_known_harmless_worker_lines_are_dropped_and_others_kept(ray_cluster, ca
                  "task_name": None, "lines": [noise, "a real warning: disk almost full"]})
     out = capsys.readouterr().out
     assert "a real warning: disk almost full" in out and KNOWN_NOISE[0][1] not in out
+    # Ray Train's own deprecated call, as a DatasetManager prints it: both lines go, a real
+    # deprecation warning about something else stays
+    deprecation = [".../ray/data/_internal/execution/interfaces/execution_options.py:436: RayDeprecationWarning: "
+                   "`ExecutionOptions.exclude_resources` is deprecated and will be removed after January 2027.",
+                   "    self.exclude_resources = exclude_resources",
+                   "x.py:1: RayDeprecationWarning: `use_legacy_thing` is deprecated"]
+    printers[0]({"ip": "127.0.0.1", "pid": 4243, "job": "01000000", "is_err": True, "actor_name": "DatasetManager",
+                 "task_name": None, "lines": deprecation})
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "use_legacy_thing" in out and "exclude_resources" not in out, out

@@ -68,10 +68,16 @@ def cause_chain(exc: BaseException) -> list[BaseException]:
 #: created with constructor arguments in the object store and ``max_restarts > 0``, which
 #: every Ray Data actor pool and Ray Train's own actors are: it warns that a restart could
 #: fail if the arguments were lost, nothing a course user can act on.
+#: Ray Train's ``DataConfig.configure`` builds each run's ``ExecutionOptions`` with
+#: ``exclude_resources=`` the context's own value (``ray/train/_internal/data_config.py:150``),
+#: which Ray Data 2.60 has deprecated, so every Train run's DatasetManager actor prints a
+#: ``RayDeprecationWarning`` (two lines: the warning and its source line) about Ray's own call.
 KNOWN_NOISE: tuple[tuple[str, str], ...] = (
     ("ray.train.v2._internal.execution.controller.placement_group_cleaner",
      "Failed to query Ray Train Controller actor state"),
     ("core_worker.cc", "has constructor arguments in the object store and max_restarts > 0"),
+    ("ray.train._internal.data_config", "RayDeprecationWarning: `ExecutionOptions.exclude_resources` is deprecated"),
+    ("ray.train._internal.data_config", "    self.exclude_resources = exclude_resources"),
 )
 
 
