@@ -29,6 +29,12 @@ RUN := PATH="$(CURDIR)/$(BIN):$$PATH" RAYDATA_COURSE_HEADLESS=1
 # The instructor's commands live in the grader package (autograder/raydata_grader).
 GRADER := $(BIN)/python -m raydata_grader
 TEST_WORKERS ?= 2
+# Installed, then removed: jsonschema's optional IRI format checker (its format-nongpl extra,
+# which Jupyter asks for). `import ray` imports jsonschema, and jsonschema imports this package,
+# which builds an Earley grammar at import: about 2.2 CPU-s in every Ray worker, driver and graded
+# notebook's worker. Nothing here checks the "iri" format; jsonschema skips it when the package
+# is absent (jsonschema/_format.py). tests/test_environment.py checks that it is gone.
+SLOW_OPTIONAL := rfc3987-syntax
 
 # `make lab RAY=2.55.1` runs the lab against another Ray release, in its own venv.
 RAY ?=
@@ -50,6 +56,7 @@ $(STAMP): requirements.txt requirements-lock.txt pyproject.toml autograder/pypro
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e . -e autograder
+	$(BIN)/python -m pip uninstall --quiet --yes $(SLOW_OPTIONAL)
 	$(BIN)/python -m raydata_course.jupyter --install-kernel
 	touch $(STAMP)
 
@@ -67,6 +74,7 @@ course: $(STAMP)
 	grep -v '^ray==' requirements-lock.txt > build/lock-ray$*.txt
 	.venv-ray$*/bin/python -m pip install --quiet -r build/requirements-ray$*.txt -c build/lock-ray$*.txt
 	.venv-ray$*/bin/python -m pip install --quiet --no-deps -e .
+	.venv-ray$*/bin/python -m pip uninstall --quiet --yes $(SLOW_OPTIONAL)
 	touch $@
 
 lab: $(LAB_VENV)/.installed-stamp

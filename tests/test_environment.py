@@ -1,10 +1,13 @@
 """The pinned environment: one source of versions, honoured everywhere."""
 
+import importlib.util
 import re
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,3 +113,20 @@ def test_course_kernel_is_registered_in_the_venv():
     assert Path(spec.argv[0]).resolve() == Path(sys.executable).resolve(), (
         "the course kernel must run this environment's Python"
     )
+
+
+def test_the_venv_leaves_out_jsonschemas_slow_iri_checker():
+    """`make setup` removes rfc3987-syntax (the Makefile's SLOW_OPTIONAL): `import ray` imports
+    jsonschema, which imports that optional package if present, and it builds an Earley grammar at
+    import. Without it, importing Ray pulls in neither it nor lark, and jsonschema still validates
+    the formats the course's tools use."""
+    if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip(f"runs in the venv `make setup` builds; this is {sys.prefix}")
+    assert importlib.util.find_spec("rfc3987_syntax") is None, "rfc3987-syntax is installed: run `make setup`"
+    code = ("import sys, ray, jsonschema; "
+            "print('jsonschema' in sys.modules, 'lark' in sys.modules, "
+            "jsonschema.FormatChecker().conforms('2026-12-04', 'date'), "
+            "jsonschema.FormatChecker().conforms('not a date', 'date'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "False", "True", "False"], out.stdout
