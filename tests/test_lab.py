@@ -362,6 +362,13 @@ def test_quick_lab_reproduces_the_overage(tmp_path):
     assert results["summary"][0]["overage_bytes"] > 0 and quick_check(results["summary"]) == []
     for name in ("breakdown.png", "timeline-driver-slow.png", "table.md"):
         assert (tmp_path / name).stat().st_size > 0
+    run = results["runs"][0]
+    tl = run["timeline"]  # every probe sample says how many tasks each operator ran
+    assert tl["op_tasks"] and len(tl["op_tasks"]) == len(tl["believed_t_s"])
+    assert all(len(t) == len(tl["operators"]) for t in tl["op_tasks"])
+    assert any(t[tl["operators"].index(next(o for o in tl["operators"] if o.startswith("MapBatches")))] > 0
+               for t in tl["op_tasks"])
+    assert 0 < run["step_cpu_s_median"] < 60
     # The playground's simulator against this run (its own configuration and measured task times).
     from raydata_course.lab.model_check import compare, format_comparison
 
@@ -441,6 +448,24 @@ def test_the_run_s_generation_per_operator_and_mid_run_steps():
     assert _loop_cpu_s([sample("a", 1.0, [], [])]) is None  # results from before it was recorded
     consumer = {"batch_t_s": [float(i) for i in range(1, 13)], "step_s": [float(i) for i in range(12)]}
     assert _midrun_steps_s([consumer]) == [4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+
+
+def test_the_step_timer_records_a_step_s_cpu_apart_from_its_wait():
+    """A step's CPU seconds (all the process's threads) are recorded beside its wall time, so
+    a step that sleeps or waits for a core reads longer than its CPU."""
+    from raydata_course.lab.workload import _StepTimer
+
+    def step():
+        deadline = time.process_time() + 0.02
+        while time.process_time() < deadline:
+            pass
+        time.sleep(0.2)
+        return "done"
+
+    timer = _StepTimer("cpu")
+    assert timer.run(step) == "done"
+    (wall,), (cpu,) = timer.step_s, timer.step_cpu_s
+    assert wall >= 0.2 and 0.02 <= cpu < wall - 0.1, (wall, cpu)
 
 
 def test_the_push_table_gives_medians_ratios_and_the_executor_loop_cpu():

@@ -287,6 +287,10 @@ class _Metrics:
 class _Op:
     def __init__(self, name, out_block=None, in_flight=0, downstream=()):
         self.name, self.metrics, self.output_dependencies = name, _Metrics(out_block, in_flight), list(downstream)
+        self.active = 0
+
+    def num_active_tasks(self):
+        return self.active
 
 
 class _RM:
@@ -307,6 +311,11 @@ class _RM:
         assert include_ineligible_downstream
         return self.outputs[op.name]
 
+    def get_global_usage(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(object_store_memory=getattr(self, "usage", 0))
+
 
 def _policy(rm):
     from raydata_course.push_split.readahead import ReadAheadPolicy
@@ -316,7 +325,10 @@ def _policy(rm):
     return p
 
 
-def test_the_read_ahead_cap_stops_a_head_operator_at_what_its_downstream_needs():
+def test_the_read_ahead_cap_stops_a_head_operator_at_what_its_downstream_needs(monkeypatch):
+    from raydata_course.push_split.readahead import CAP_OUTPUTS_ENV
+
+    monkeypatch.setenv(CAP_OUTPUTS_ENV, "1")  # outputs capped too, as the policy first did
     split = _Op("split")
     decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB, downstream=[split])
     read = _Op("read", out_block=7 * MiB, downstream=[decode])
@@ -332,7 +344,48 @@ def test_the_read_ahead_cap_stops_a_head_operator_at_what_its_downstream_needs()
     assert under.max_task_output_bytes_to_read(decode) is None
 
 
-def test_the_read_ahead_cap_never_stops_an_operator_it_cannot_measure():
+def test_the_read_ahead_cap_reads_running_tasks_outputs_unless_told_otherwise(monkeypatch):
+    """By default the policy refuses new inputs at the cap but reads every running task's
+    outputs, so it holds no task running (and holding a CPU); the environment switch at 1
+    caps those reads too."""
+    from raydata_course.push_split.readahead import CAP_OUTPUTS_ENV
+
+    decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB, downstream=[_Op("split")])
+    read = _Op("read", out_block=7 * MiB, downstream=[decode])
+    at = _policy(_RM({"read": 14 * MiB, "decode": 0}, ineligible={"split"}))
+    monkeypatch.delenv(CAP_OUTPUTS_ENV, raising=False)
+    assert not at.can_add_input(read) and at.max_task_output_bytes_to_read(read) is None
+    monkeypatch.setenv(CAP_OUTPUTS_ENV, "0")
+    assert at.max_task_output_bytes_to_read(read) is None
+    monkeypatch.setenv(CAP_OUTPUTS_ENV, "1")
+    assert at.max_task_output_bytes_to_read(read) == 0
+
+
+def test_a_second_task_starts_only_within_the_budget_the_user_set():
+    """Ray Data's believed usage plus one more task's pending output must fit the context's
+    budget (not the executor's lowered limit) while the operator runs a task; an idle
+    operator may always start one, and without a finite budget there is no guard."""
+    from types import SimpleNamespace
+
+    decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB, downstream=[_Op("split")])
+    decode.metrics.obj_store_mem_max_pending_output_per_task = 32 * MiB
+    rm = _RM({"decode": 0}, ineligible={"split"})
+    policy = _policy(rm)
+    policy._data_context = SimpleNamespace(execution_options=SimpleNamespace(
+        resource_limits=SimpleNamespace(object_store_memory=256 * MiB)))
+    for running, usage_mib, fits in ((1, 224, True), (1, 225, False), (2, 200, True), (0, 300, True)):
+        decode.active = running
+        rm.usage = usage_mib * MiB
+        assert policy.can_add_input(decode) is fits, (running, usage_mib)
+    policy._data_context.execution_options.resource_limits.object_store_memory = float("inf")
+    decode.active, rm.usage = 1, 300 * MiB
+    assert policy.can_add_input(decode)
+
+
+def test_the_read_ahead_cap_never_stops_an_operator_it_cannot_measure(monkeypatch):
+    from raydata_course.push_split.readahead import CAP_OUTPUTS_ENV
+
+    monkeypatch.setenv(CAP_OUTPUTS_ENV, "1")  # the output reads checked too
     decode = _Op("decode", out_block=32 * MiB, in_flight=7 * MiB)
     fresh = _Op("read", out_block=None, downstream=[decode])  # no output yet: no average block
     policy = _policy(_RM({"read": 10**12}))
@@ -357,7 +410,10 @@ def test_the_read_ahead_cap_is_added_once_to_ray_data_s_own_policies():
     assert ray_data.DataContext.get_current().get_config(ENABLED_BACKPRESSURE_POLICIES_CONFIG_KEY, None) is None
 
 
-def test_the_read_ahead_cap_lifts_while_the_downstream_has_nothing_in_flight_and_looks_through_a_limit():
+def test_the_read_ahead_cap_lifts_while_the_downstream_has_nothing_in_flight_and_looks_through_a_limit(monkeypatch):
+    from raydata_course.push_split.readahead import CAP_OUTPUTS_ENV
+
+    monkeypatch.setenv(CAP_OUTPUTS_ENV, "1")  # the output reads checked too
     # a map whose batch spans several read blocks must get them before it can start a task
     idle = _Op("map", out_block=32 * MiB, in_flight=0)
     read = _Op("read", out_block=1 * MiB, downstream=[idle])

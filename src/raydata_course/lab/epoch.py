@@ -27,7 +27,12 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
 - ``operator_generation``: per operator, the seconds its tasks spent making blocks during the
   epoch and those blocks' rows (the producer's speed in the run itself, which
   :mod:`raydata_course.lab.model_check` gives the simulator); ``midrun_step_s_median``: the
-  median training step inside the mid-run window;
+  median training step inside the mid-run window; ``step_cpu_s_median``: the median CPU
+  seconds a consumer's process used during one step (all its threads); a step that takes
+  longer than that waited, for a core or for the other ranks;
+- ``timeline["op_tasks"]``: at each probe sample, each operator's running tasks (upstream
+  first, named in ``timeline["operators"]``): how many decode tasks the executor could run
+  at once, and which operators held task slots;
 - ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
   over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
   process that runs it, which shares the machine with the consumers.
@@ -88,6 +93,7 @@ class RunResult:
     h2d_gb_per_s: Optional[float] = None
     midrun_start_store_bytes: Optional[int] = None  # the store's usage as the mid-run window opens
     midrun_step_s_median: Optional[float] = None  # the median training step inside the mid-run window
+    step_cpu_s_median: Optional[float] = None  # the median CPU seconds a consumer's process used in one step
     peak_breakdown: dict = field(default_factory=dict)
     #: per operator, its tasks' time making blocks during this run, and those blocks' rows:
     #: ``{name: {"generation_s", "rows"}}`` (:func:`_generation_per_operator`)
@@ -131,6 +137,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
     batches = sum(int(c.get("batches", 0)) for c in consumers)
     consume_s = max((float(c.get("consume_s", 0.0)) for c in consumers), default=0.0) or wall_s
     steps = [s for c in consumers for s in c.get("step_s", [])]
+    step_cpu = [s for c in consumers for s in c.get("step_cpu_s", [])]
     h2d_s = [s for c in consumers for s in c.get("h2d_s", [])]
     h2d_bytes = sum(b for c in consumers for b in c.get("h2d_bytes", []))
     waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
@@ -179,6 +186,8 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         "limit_bytes": [p["limit_bytes"] for p in probe_samples],
         "external_consumer_bytes": [p["external_consumer_bytes"] for p in probe_samples],
         "executor": [p["executor"] for p in probe_samples],
+        "op_tasks": [p.get("op_tasks") for p in probe_samples],
+        "operators": probe_samples[0]["operators"] if probe_samples else [],
         "window_t_s": [round(t, 3) for t in window_t],
         "windows_rows": [w["windows_rows"] for w in windows],
         "window_held_bytes": [w["held_bytes"] for w in windows],
@@ -206,6 +215,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         operator_generation=_generation_per_operator(probe_samples),
         midrun_step_s_median=statistics.median(midrun_steps) if midrun_steps else None,
         loop_cpu_s=_loop_cpu_s(probe_samples),
+        step_cpu_s_median=statistics.median(step_cpu) if step_cpu else None,
         probe_cost=probe_cost, timeline=timeline,
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,

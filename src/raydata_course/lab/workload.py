@@ -285,6 +285,7 @@ class _StepTimer:
         self.device = device
         self.torch = torch
         self.step_s: list[float] = []
+        self.step_cpu_s: list[float] = []
         self.wait_s: list[float] = []
         self.h2d_s: list[float] = []
         self.h2d_bytes: list[int] = []
@@ -304,6 +305,11 @@ class _StepTimer:
         return out
 
     def run(self, fn):
+        """Run one training step ``fn()``: its time goes to ``step_s`` (seconds; CUDA events on
+        a GPU), the CPU seconds this process used meanwhile, all its threads, to ``step_cpu_s``
+        (on CPU a step slower than its CPU seconds waited: for the other rank's gradients, or
+        for a core another process held)."""
+        c0 = time.process_time()
         if self.cuda:
             start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
             start.record()
@@ -311,10 +317,11 @@ class _StepTimer:
             end.record()
             end.synchronize()
             self.step_s.append(start.elapsed_time(end) / 1000.0)
-            return out
-        t0 = time.perf_counter()
-        out = fn()
-        self.step_s.append(time.perf_counter() - t0)
+        else:
+            t0 = time.perf_counter()
+            out = fn()
+            self.step_s.append(time.perf_counter() - t0)
+        self.step_cpu_s.append(time.process_time() - c0)
         return out
 
 
@@ -336,7 +343,8 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
         t_wait = time.perf_counter()
         batch_t_s.append(t_wait - t_start)
     return {"epoch": epoch, "rows": rows, "batches": batches, "consume_s": time.perf_counter() - t_start,
-            "step_s": timer.step_s, "wait_s": timer.wait_s, "h2d_s": timer.h2d_s, "h2d_bytes": timer.h2d_bytes,
+            "step_s": timer.step_s, "step_cpu_s": timer.step_cpu_s, "wait_s": timer.wait_s, "h2d_s": timer.h2d_s,
+            "h2d_bytes": timer.h2d_bytes,
             "batch_t_s": batch_t_s, "t_start_wall_s": t_start_wall,
             "t_end_wall_s": time.time()}
 

@@ -26,21 +26,48 @@ tasks running, the operator may hold
 bytes of outputs (Ray Data's ``get_mem_op_outputs(op, include_ineligible_downstream=True)``,
 which counts every block it produced that is still referenced: queued downstream, and also
 held as inputs by the downstream's running tasks; the in-flight inputs are those tasks'
-input blocks, ``obj_store_mem_pending_task_inputs``). At the cap it takes no new input, and
-its running tasks' outputs are read only up to the cap (``max_task_output_bytes_to_read``: a
-read task that yields several blocks then waits in its generator instead of filling the
-store). When the downstream has no task running the operator is not capped, so a downstream
+input blocks, ``obj_store_mem_pending_task_inputs``). At the cap it takes no new input.
+When the downstream has no task running the operator is not capped, so a downstream
 that needs several blocks to start a task (a ``map_batches`` whose batch spans blocks) always
 gets them. The last eligible operator is not capped either: the split's windows and the
 executor's limit bound it. The cap is in blocks, so it is only as fine as the blocks: a read
 whose blocks are four batches holds at least two such blocks.
+
+It caps new inputs only, and reads every running task's outputs: holding a running task's
+outputs would hold its task slot. Ray Data counts a task as running, and its CPU as used,
+until its generator has been read to the end, and starts no task whose CPU does not fit
+what is left (``ReservationOpResourceAllocator.can_submit_new_task``: "CPU/GPU/memory limits
+are always enforced", ``resource_manager.py:823-862``). When the policy also capped the
+outputs it reads (``max_task_output_bytes_to_read``), the capped file listing and the capped
+read each held one of the 3 CPUs the lab's fast variant leaves to Ray Data (4 logical CPUs,
+the two trainers hold 1) for most of the epoch, so the decode, the operator the consumers
+wait for, ran one task at a time and the consumers waited for it; the pull split, without
+this policy, lists and reads the files within the epoch's first seconds.
+``benchmarks/read_ahead_outputs.py`` measures both ways in one run; with
+``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1`` in the environment of the process that runs the
+executor, the policy caps running tasks' outputs too, as it first did. Without that, a read
+task that yields several blocks adds all of them past the cap: one more reason the lab's
+files hold one batch each.
+
+With task slots free, the decode can run several tasks at once, and Ray Data admits each
+against its own per-operator budget, which may be oversubscribed by design; its believed
+usage then went past the budget the user set by the extra tasks' pending outputs. So the
+policy also refuses an operator a new task, while it has one running, when Ray Data's
+believed usage plus that task's pending output would pass the user's budget
+(:meth:`ReadAheadPolicy._task_fits_budget`).
 """
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Optional
 
-__all__ = ["ReadAheadPolicy", "install_read_ahead_cap", "AHEAD_BLOCKS", "AHEAD_RATIO"]
+__all__ = ["ReadAheadPolicy", "install_read_ahead_cap", "AHEAD_BLOCKS", "AHEAD_RATIO", "CAP_OUTPUTS_ENV"]
+
+#: set to ``1`` to cap the reading of running tasks' outputs too (it holds their task slots);
+#: the push split's own switch, named like Ray Data's ``RAY_DATA_*`` ones
+CAP_OUTPUTS_ENV = "PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS"
 
 #: an operator may keep this many of its average output blocks ahead of its downstream ...
 AHEAD_BLOCKS = 2
@@ -71,8 +98,9 @@ def read_ahead_cap_bytes(in_flight_input_bytes: float, average_block_bytes: Opti
 
 class ReadAheadPolicy(_Base):
     """Ray Data backpressure policy: an operator whose outputs reach what its busy downstream
-    needs (:func:`read_ahead_cap_bytes`) takes no new input and reads no more task output
-    (see the module docstring; Ray Data's liveness guard may still release an idle pipeline,
+    needs (:func:`read_ahead_cap_bytes`), or whose next task would take Ray Data's believed
+    usage past the user's budget while it has one running, takes no new input; its running
+    tasks' outputs are read in full unless ``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1`` (see the module docstring; Ray Data's liveness guard may still release an idle pipeline,
     ``streaming_executor_state.py:126-238``). A failure to read Ray Data's estimates never stops the
     pipeline: the operator is then not capped."""
 
@@ -91,14 +119,33 @@ class ReadAheadPolicy(_Base):
             return None
         return cap, rm.get_mem_op_outputs(op, include_ineligible_downstream=True)
 
+    def _task_fits_budget(self, op) -> bool:
+        """Whether one more task of ``op`` keeps Ray Data's believed usage within the budget the
+        user set (the context's ``resource_limits.object_store_memory``, not the executor's
+        lowered limit): its usage plus the task's pending output
+        (``obj_store_mem_max_pending_output_per_task``) at most the budget. An operator with
+        no task running may always start one (liveness, as Ray Data's own allocator allows,
+        ``resource_manager.py:823-862``); no finite budget, no guard."""
+        ctx = getattr(self, "_data_context", None)
+        budget = getattr(getattr(getattr(ctx, "execution_options", None), "resource_limits", None),
+                         "object_store_memory", None)
+        if budget is None or not math.isfinite(budget) or budget <= 0 or op.num_active_tasks() == 0:
+            return True
+        per_task = op.metrics.obj_store_mem_max_pending_output_per_task or 0
+        return self._resource_manager.get_global_usage().object_store_memory + per_task <= budget
+
     def can_add_input(self, op) -> bool:
         try:
+            if not self._task_fits_budget(op):
+                return False
             found = self._cap_and_outputs(op)
         except Exception:  # noqa: BLE001 - an estimate Ray Data lacks: not capped
             return True
         return found is None or found[1] < found[0]
 
     def max_task_output_bytes_to_read(self, op) -> Optional[int]:
+        if os.environ.get(CAP_OUTPUTS_ENV, "0") != "1":
+            return None
         try:
             found = self._cap_and_outputs(op)
         except Exception:  # noqa: BLE001
