@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raydata_course.push_split.window import Observation, SplitRequest, SplitState, WindowController
 from raydata_course.units import MiB
@@ -118,6 +120,44 @@ def test_pressure_halves_every_window_and_the_floor_holds():
     assert c.tick(Observation(budget_bytes=100, usage_bytes=101, splits=[state, state])) == [40, 15]
     assert c.tick(Observation(budget_bytes=100, usage_bytes=101, splits=[state, state])) == [20, 10]
     assert c.tick(Observation(budget_bytes=100, usage_bytes=150, splits=[state, state])) == [10, 10]
+
+
+def test_a_slow_shrink_after_a_halving_stops_at_one_batch():
+    """Pressure halves 12 rows to 6; a slow consumer then shrinks by a batch of 4, which
+    must stop at 4, not reach 2 (a CI run saw a window below one batch this way)."""
+    c = WindowController([SplitRequest(4, 16)], patience_ticks=1)
+    c.windows_rows = [12]
+    calm = SplitState(bytes_per_row=1.0, held_bytes=8, waited_s=0.0, ready_rows=8)
+    assert c.tick(Observation(budget_bytes=100, usage_bytes=101, splits=[calm])) == [6]
+    assert c.tick(Observation(budget_bytes=100, usage_bytes=50, splits=[calm])) == [4]
+    assert c.tick(Observation(budget_bytes=100, usage_bytes=50, splits=[calm])) == [4]
+
+
+_split_states = st.sampled_from([  # starved, calm with a batch ready, idle; each at one of two sizes
+    SplitState(bytes_per_row=1.0, held_bytes=0, waited_s=0.5, ready_rows=0),
+    SplitState(bytes_per_row=1.0, held_bytes=20, waited_s=0.0, ready_rows=20),
+    SplitState(bytes_per_row=0.0, held_bytes=0, waited_s=0.0, ready_rows=0),
+    SplitState(bytes_per_row=3.0, held_bytes=60, waited_s=0.001, ready_rows=3),
+])
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(batches=st.lists(st.tuples(st.integers(1, 7), st.integers(1, 6)), min_size=1, max_size=3), data=st.data())
+def test_every_window_stays_between_one_batch_and_what_was_asked(batches, data):
+    """Whatever the observations (starved, calm or idle consumers, under or over the
+    budget, the store measured or not), each window stays in [batch_rows, requested_rows]."""
+    requests = [SplitRequest(b, b * k) for b, k in batches]
+    c = WindowController(requests, patience_ticks=data.draw(st.integers(1, 3)),
+                         steer_on_store=data.draw(st.booleans()))
+    budget_bytes = data.draw(st.sampled_from([None, 30, 100, 1000]))
+    for _ in range(data.draw(st.integers(1, 40))):
+        limit = budget_bytes or 100
+        usage_bytes = limit + 1 if data.draw(st.booleans()) else limit // 2  # over the budget, or under
+        obs = Observation(budget_bytes=budget_bytes, usage_bytes=usage_bytes,
+                          splits=data.draw(st.lists(_split_states, min_size=len(requests), max_size=len(requests))),
+                          store_bytes=data.draw(st.one_of(st.none(), st.integers(0, 2000))))
+        windows = c.tick(obs)
+        assert all(r.batch_rows <= w <= r.requested_rows for r, w in zip(requests, windows)), (requests, windows)
 
 
 def test_the_measured_store_is_pressure_only_when_asked():

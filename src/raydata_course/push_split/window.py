@@ -74,7 +74,8 @@ and a lower limit then only starved the consumers.
    step, up to what the consumer asked for. Growth is additive: it probes, and it happens
    only where more buffering would have helped.
 3. *Slow* — for ``patience`` ticks the consumer has not waited and a whole batch sat ready
-   beyond the one in use (its blocks sit unconsumed): the window shrinks by one step. Those blocks were buffered
+   beyond the one in use (its blocks sit unconsumed): the window shrinks by one step, not
+   below its floor (after a halving it need not be a whole number of steps). Those blocks were buffered
    for nothing; giving the bytes back lets a starved peer grow. A shrink is a probe: when
    the consumer starves within ``patience`` ticks of it, the shrink was a mistake, and that
    split's patience doubles (up to ``max_patience_ticks``), so a window that found its
@@ -343,7 +344,7 @@ class WindowController:
                 if self._calm[i] >= self._patience[i] and self.windows_rows[i] > req.batch_rows:
                     self._calm[i] = 0
                     self._since_shrink[i] = 0
-                    self._set(i, self.windows_rows[i] - req.batch_rows, "slow")
+                    self._set(i, max(req.batch_rows, self.windows_rows[i] - req.batch_rows), "slow")
         if bound is not None:
             self._enforce(obs, bound)
         return list(self.windows_rows)
