@@ -242,6 +242,33 @@ def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers
         overall_batches_per_s=overall, midrun_batches_per_s=midrun, split="push" if variant.endswith("-push") else "pull")
 
 
+def test_the_budget_sweep_benchmark_compares_each_push_budget_with_pull():
+    """benchmarks/push_budget_sweep.py: a push run at another budget is checked against pull
+    as make lab checks its twin, and its peak is over its own budget."""
+    import dataclasses
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "push_budget_sweep.py"
+    spec = importlib.util.spec_from_file_location("push_budget_sweep", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    pull = _result("train-fast", peak_mib=600, delay=0.0, overall=4.0, midrun=8.0)
+    pull.midrun_start_store_bytes, pull.early_batches_per_s = 600 * MiB, 2.0
+    push = dataclasses.replace(_result("train-fast-push-512", peak_mib=200, delay=0.0, overall=4.4, midrun=6.8,
+                                       believed_mib=256),
+                               budget_bytes=512 * MiB, midrun_start_store_bytes=150 * MiB, early_batches_per_s=3.0,
+                               midrun_step_s_median=0.35, wait_s_median=0.004)
+    m = bench.figures([pull], [push])
+    assert m["budget_mib"] == 512 and m["overall"] == pytest.approx(1.1) and m["midrun"] == pytest.approx(0.85)
+    assert (m["early_pull"], m["early_push"], m["stock_pull_mib"], m["stock_push_mib"]) == (2.0, 3.0, 600, 150)
+    assert m["peak"] == pytest.approx(200 / 512) and m["believed"] == pytest.approx(0.5)
+    with pytest.raises(SystemExit):
+        bench.main(["--budgets", "256,lots"])
+    with pytest.raises(SystemExit):
+        bench.main(["--budgets", "32"])
+
+
 def test_push_targets_per_setting_and_throughput_ratios():
     from raydata_course.lab.report import format_push_targets, push_targets
 
@@ -283,6 +310,12 @@ def test_push_targets_per_setting_and_throughput_ratios():
     rate = {c["target"]: c for c in push_targets([fast_pull, fast_push], 0)}
     assert not rate["push / pull throughput, mid-run >="]["met"] and rate["push / pull throughput, mid-run >="]["where"] == \
         "at mid-run start: pull 640, push 200 stored; wait per batch: pull 0.001 s, push 0.120 s"
+    # with the rates before the window: pull ran slow early (its producer ran ahead) and fast mid-run
+    fast_pull.early_batches_per_s, fast_push.early_batches_per_s = 2.0, 3.25
+    assert push_targets([fast_pull, fast_push], 0)[0]["where"].endswith(
+        "push 0.120 s; before the window: pull 2.00 b/s, push 3.25 b/s")
+    fast_push.early_batches_per_s = None  # results from before the early rate existed: not said
+    assert "before the window" not in push_targets([fast_pull, fast_push], 0)[0]["where"]
     fast_push.config["batches_per_consumer"] = 20
     assert push_targets([fast_pull, fast_push], 0)[0]["where"].endswith(
         "; for 0.95 x pull's mid-run rate push needs >= 263 decoded ahead as the window opens (1.03 x the budget)")
@@ -369,6 +402,8 @@ def test_quick_lab_reproduces_the_overage(tmp_path):
     assert any(t[tl["operators"].index(next(o for o in tl["operators"] if o.startswith("MapBatches")))] > 0
                for t in tl["op_tasks"])
     assert 0 < run["step_cpu_s_median"] < 60
+    # the rate before the mid-run window: a slow variant's consumer steps at least 0.25 s
+    assert 0 < run["early_batches_per_s"] <= run["config"]["consumers"] / 0.25
     # The playground's simulator against this run (its own configuration and measured task times).
     from raydata_course.lab.model_check import compare, format_comparison
 

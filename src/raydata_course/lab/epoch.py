@@ -19,8 +19,11 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
 - throughput: rows/s and batches/s over the consumption phase, and the median train-step time;
   ``overall_batches_per_s`` (all batches over the time from the consumers' start to the
   last batch) and ``midrun_batches_per_s`` (batches 25 %-90 % of each consumer's epoch over
-  the time they took), summed over consumers; ``midrun_start_store_bytes``: the store's usage
-  as that window opens (what the producer had decoded ahead);
+  the time they took), summed over consumers; ``early_batches_per_s``: the batches before
+  that window (up to 25 %) over the time from each consumer's start, summed over consumers:
+  a split whose producer ran ahead early (and slowed its consumers meanwhile) is slow here and
+  fast mid-run; ``midrun_start_store_bytes``: the store's usage as that window opens (what
+  the producer had decoded ahead);
 - the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
   *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
   ``used``: the raylet frees objects every ``free_objects_period_milliseconds``);
@@ -92,6 +95,7 @@ class RunResult:
     h2d_s_median: Optional[float] = None
     h2d_gb_per_s: Optional[float] = None
     midrun_start_store_bytes: Optional[int] = None  # the store's usage as the mid-run window opens
+    early_batches_per_s: Optional[float] = None  # batches before the mid-run window over their time, summed
     midrun_step_s_median: Optional[float] = None  # the median training step inside the mid-run window
     step_cpu_s_median: Optional[float] = None  # the median CPU seconds a consumer's process used in one step
     peak_breakdown: dict = field(default_factory=dict)
@@ -143,7 +147,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
     waits = [w for c in consumers for w in c.get("wait_s", [])[1:]]
     first_waits = [c["wait_s"][0] for c in consumers if c.get("wait_s")]
     peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
-    overall, midrun, mid_start_wall = _throughputs(consumers)
+    overall, midrun, mid_start_wall, early = _throughputs(consumers)
     midrun_steps = _midrun_steps_s(consumers)
     classified = [s for s in samples if s.referenced_bytes is not None]
     peak_c = max(classified, key=lambda s: s.used_bytes, default=None)
@@ -211,6 +215,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         first_batch_s=max(first_waits, default=float("nan")),
         wall_s=wall_s, total_wall_s=total_wall_s, peak_breakdown=peak_breakdown,
         overall_batches_per_s=overall, midrun_batches_per_s=midrun, split=config.split,
+        early_batches_per_s=early if early else None,
         midrun_start_store_bytes=mid_store if mid_start_wall and samples else None,
         operator_generation=_generation_per_operator(probe_samples),
         midrun_step_s_median=statistics.median(midrun_steps) if midrun_steps else None,
@@ -288,23 +293,33 @@ def _midrun_steps_s(consumers: list[dict]) -> list[float]:
     return out
 
 
-def _throughputs(consumers: list[dict]) -> tuple[float, float, float]:
-    """(overall, mid-run) batches/s summed over consumers, and when the mid-run window
-    opened (the first consumer to reach 25 % of its epoch; wall clock, 0 for none).
+def _throughputs(consumers: list[dict]) -> tuple[float, float, float, float]:
+    """(overall, mid-run) batches/s summed over consumers, when the mid-run window opened
+    (the first consumer to reach 25 % of its epoch; wall clock, 0 for none), and the early
+    batches/s summed over consumers (0 for none).
 
     Overall: all batches over the time from the consumers' first start to the last batch
     (wall clock, so start-up counts). Mid-run: per consumer, the batches from 25 % to 90 % of
-    its epoch over the time they took, summed over consumers.
+    its epoch over the time they took, summed over consumers. Early: per consumer, the
+    batches up to the window's opening (steps ``0 .. lo``, :func:`_midrun_span`) over the
+    time from its start, summed over consumers.
+
+    Examples:
+        >>> c = {"t_start_wall_s": 100.0, "batch_t_s": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]}
+        >>> _throughputs([c])  # early: steps 0-2 in 4 s; mid-run: steps 3-6 in 4 s
+        (0.8888888888888888, 1.0, 104.0, 0.75)
     """
     starts = [c["t_start_wall_s"] for c in consumers if c.get("batch_t_s")]
     ends = [c["t_start_wall_s"] + c["batch_t_s"][-1] for c in consumers if c.get("batch_t_s")]
     batches = sum(len(c.get("batch_t_s", [])) for c in consumers)
     overall = batches / (max(ends) - min(starts)) if starts and max(ends) > min(starts) else 0.0
-    midrun, opened = 0.0, []
+    midrun, opened, early = 0.0, [], 0.0
     for c in consumers:
         t = c.get("batch_t_s", [])
         lo, hi = _midrun_span(len(t))
         if hi > lo and t[hi] > t[lo]:
             midrun += (hi - lo) / (t[hi] - t[lo])
             opened.append(c["t_start_wall_s"] + t[lo])
-    return overall, midrun, min(opened, default=0.0)
+            if t[lo] > 0:
+                early += (lo + 1) / t[lo]
+    return overall, midrun, min(opened, default=0.0), early

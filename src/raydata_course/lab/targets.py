@@ -121,8 +121,11 @@ def peak_where(breakdown: dict) -> str:
 
 def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
     """Where a throughput gap comes from, in words (medians over repeats): the object store's
-    usage when the mid-run window opened (what the producer had decoded ahead, MiB) and each
-    split's median wait for a batch (seconds)."""
+    usage when the mid-run window opened (what the producer had decoded ahead, MiB), each
+    split's median wait for a batch (seconds), each split's rate before that window (batches
+    per second, all consumers: a split whose producer ran ahead early is slow there and fast
+    mid-run, the same work moved in time), and the least push would need decoded ahead as the
+    window opens to meet the mid-run target (:func:`midrun_stock_needed_bytes`)."""
     med = statistics.median
 
     def stored(runs):
@@ -131,6 +134,9 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
 
     words = (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
              f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
+    early = [[r.early_batches_per_s for r in runs if r.early_batches_per_s] for runs in (pull, push)]
+    if all(early):
+        words += f"; before the window: pull {med(early[0]):.2f} b/s, push {med(early[1]):.2f} b/s"
     cfg = push[0].config
     if all(k in cfg for k in ("consumers", "batches_per_consumer", "batch_rows")):
         lo, hi = _midrun_span(cfg["batches_per_consumer"])
