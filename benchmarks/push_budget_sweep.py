@@ -12,7 +12,8 @@ allows would gain mid-run throughput as its budget grows.
 
 For each push budget it prints, as medians over epochs and rounds: push / pull throughput,
 overall and mid-run (:func:`raydata_course.lab.targets.push_targets`, as ``make lab`` checks
-them), each split's rate before the mid-run window, the store's usage as that window opens
+them), each split's rate before the mid-run window (the first batch's wait included) and its wait
+for the first batch, the store's usage as that window opens
 (the stock each split had decoded ahead), push's peak and Ray Data's believed peak over
 push's own budget, push's training step and its wait per batch. Each round takes about 3
 minutes on two cores. Every figure is measured on this machine in this run; compare ratios,
@@ -59,7 +60,8 @@ def figures(pull: list[RunResult], push: list[RunResult]) -> dict:
         "peak": med(r.peak_bytes / r.budget_bytes for r in push),
         "peak_mib": med(r.peak_bytes for r in push) / MiB,
         "believed": med(r.believed_peak_bytes / r.budget_bytes for r in push),
-        "step_s": med(r.midrun_step_s_median for r in push if r.midrun_step_s_median),
+        "step_s": med(steps) if (steps := [r.midrun_step_s_median for r in push if r.midrun_step_s_median]) else float("nan"),
+        "first_pull_s": med(r.first_batch_s for r in pull), "first_push_s": med(r.first_batch_s for r in push),
         "wait_s": med(r.wait_s_median for r in push),
     }
 
@@ -107,13 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         for b in budgets:
             pushes[b] += push[b]
     print("\n| push budget MiB | push/pull overall | push/pull mid-run | before the window b/s, pull / push "
-          "| stored as the window opens MiB, pull / push | push peak MiB | push peak / its budget "
+          "| first batch s, pull / push | stored as the window opens MiB, pull / push | push peak MiB | push peak / its budget "
           "| believed / its budget | push mid-run step s | push wait s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for b in budgets:
         m = figures(pulls, pushes[b])
         print(f"| {b} | {m['overall']:.2f} | {m['midrun']:.2f} | {m['early_pull']:.2f} / {m['early_push']:.2f} "
-              f"| {m['stock_pull_mib']:.0f} / {m['stock_push_mib']:.0f} | {m['peak_mib']:.0f} | {m['peak']:.2f} "
+              f"| {m['first_pull_s']:.2f} / {m['first_push_s']:.2f} | {m['stock_pull_mib']:.0f} / {m['stock_push_mib']:.0f} | {m['peak_mib']:.0f} | {m['peak']:.2f} "
               f"| {m['believed']:.2f} | {m['step_s']:.3f} | {m['wait_s']:.3f} |")
     return 0
 

@@ -313,7 +313,7 @@ def test_push_targets_per_setting_and_throughput_ratios():
     # with the rates before the window: pull ran slow early (its producer ran ahead) and fast mid-run
     fast_pull.early_batches_per_s, fast_push.early_batches_per_s = 2.0, 3.25
     assert push_targets([fast_pull, fast_push], 0)[0]["where"].endswith(
-        "push 0.120 s; before the window: pull 2.00 b/s, push 3.25 b/s")
+        "push 0.120 s; before the window: pull 2.00 b/s, push 3.25 b/s, the first batch after pull 0.00 s, push 0.00 s")
     fast_push.early_batches_per_s = None  # results from before the early rate existed: not said
     assert "before the window" not in push_targets([fast_pull, fast_push], 0)[0]["where"]
     fast_push.config["batches_per_consumer"] = 20

@@ -19,10 +19,10 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
 - throughput: rows/s and batches/s over the consumption phase, and the median train-step time;
   ``overall_batches_per_s`` (all batches over the time from the consumers' start to the
   last batch) and ``midrun_batches_per_s`` (batches 25 %-90 % of each consumer's epoch over
-  the time they took), summed over consumers; ``early_batches_per_s``: the batches before
-  that window (up to 25 %) over the time from each consumer's start, summed over consumers:
-  a split whose producer ran ahead early (and slowed its consumers meanwhile) is slow here and
-  fast mid-run; ``midrun_start_store_bytes``: the store's usage as that window opens (what
+  the time they took), summed over consumers; ``early_batches_per_s``: the batches up to
+  that window's opening (the first ``int(0.25 n) + 1`` of ``n``) over the time from each
+  consumer's start, the wait for the first batch included, summed over consumers: a split
+  whose producer decoded ahead while its consumers waited is slow here and fast mid-run; ``midrun_start_store_bytes``: the store's usage as that window opens (what
   the producer had decoded ahead);
 - the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
   *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
@@ -95,7 +95,7 @@ class RunResult:
     h2d_s_median: Optional[float] = None
     h2d_gb_per_s: Optional[float] = None
     midrun_start_store_bytes: Optional[int] = None  # the store's usage as the mid-run window opens
-    early_batches_per_s: Optional[float] = None  # batches before the mid-run window over their time, summed
+    early_batches_per_s: Optional[float] = None  # batches up to the mid-run window over their time (first wait included), summed
     midrun_step_s_median: Optional[float] = None  # the median training step inside the mid-run window
     step_cpu_s_median: Optional[float] = None  # the median CPU seconds a consumer's process used in one step
     peak_breakdown: dict = field(default_factory=dict)

@@ -123,9 +123,11 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
     """Where a throughput gap comes from, in words (medians over repeats): the object store's
     usage when the mid-run window opened (what the producer had decoded ahead, MiB), each
     split's median wait for a batch (seconds), each split's rate before that window (batches
-    per second, all consumers: a split whose producer ran ahead early is slow there and fast
-    mid-run, the same work moved in time), and the least push would need decoded ahead as the
-    window opens to meet the mid-run target (:func:`midrun_stock_needed_bytes`)."""
+    per second, all consumers, the first batch's wait included) and its consumers' wait for
+    their first batch (seconds; a producer decodes ahead while its consumers wait, so a split
+    whose first batch comes later starts the window on a larger stock), and the least push
+    would need decoded ahead as the window opens to meet the mid-run target
+    (:func:`midrun_stock_needed_bytes`)."""
     med = statistics.median
 
     def stored(runs):
@@ -136,7 +138,9 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
              f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
     early = [[r.early_batches_per_s for r in runs if r.early_batches_per_s] for runs in (pull, push)]
     if all(early):
-        words += f"; before the window: pull {med(early[0]):.2f} b/s, push {med(early[1]):.2f} b/s"
+        words += (f"; before the window: pull {med(early[0]):.2f} b/s, push {med(early[1]):.2f} b/s, the first "
+                  f"batch after pull {med([r.first_batch_s for r in pull]):.2f} s, push "
+                  f"{med([r.first_batch_s for r in push]):.2f} s")
     cfg = push[0].config
     if all(k in cfg for k in ("consumers", "batches_per_consumer", "batch_rows")):
         lo, hi = _midrun_span(cfg["batches_per_consumer"])
@@ -192,8 +196,9 @@ def believed_where(operators: list[dict]) -> str:
 def format_push_targets(checks: list[dict[str, Any]]) -> str:
     """The checks of :func:`push_targets` as a Markdown table (empty string for none); a
     missed target says where: a peak, push's bytes at the store's fullest sample by holder; a
-    throughput, what each split had stored when the mid-run window opened and its wait per
-    batch; Ray Data's believed usage, where its bytes sat at its peak, by operator."""
+    throughput, :func:`rate_where` (what each split had stored when the mid-run window opened,
+    its wait per batch, its rate before the window and its first batch's wait, and the stock
+    push would need); Ray Data's believed usage, where its bytes sat at its peak, by operator."""
     if not checks:
         return ""
     def shown(c):  # enough digits that the shown value agrees with the verdict
