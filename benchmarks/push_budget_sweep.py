@@ -33,34 +33,33 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from raydata_course.lab.epoch import RunResult  # noqa: E402
-from raydata_course.lab.targets import push_targets  # noqa: E402
+from raydata_course.lab.targets import median_recorded, push_targets  # noqa: E402
+from raydata_course.tables import markdown_table  # noqa: E402
 from raydata_course.units import MiB  # noqa: E402
 
 
 def figures(pull: list[RunResult], push: list[RunResult]) -> dict:
-    """One push budget's figures against pull's runs (medians over the runs given)."""
+    """One push budget's figures against pull's runs (medians over the runs given; NaN for a
+    figure no run recorded)."""
     med = statistics.median
     renamed = [dataclasses.replace(r, variant="train-fast-push") for r in push]
     checks = {c["target"]: c["value"] for c in push_targets(pull + renamed, 0)}
 
-    def stock(runs):
-        known = [r.midrun_start_store_bytes for r in runs if r.midrun_start_store_bytes is not None]
-        return med(known) / MiB if known else float("nan")
-
-    def early(runs):
-        known = [r.early_batches_per_s for r in runs if r.early_batches_per_s]
-        return med(known) if known else float("nan")
+    def recorded(runs, attr, scale=1.0):
+        value = median_recorded(runs, attr)
+        return float("nan") if value is None else value / scale
 
     return {
         "budget_mib": push[0].budget_bytes / MiB,
         "overall": checks["push / pull throughput, overall >="],
         "midrun": checks["push / pull throughput, mid-run >="],
-        "early_pull": early(pull), "early_push": early(push),
-        "stock_pull_mib": stock(pull), "stock_push_mib": stock(push),
+        "early_pull": recorded(pull, "early_batches_per_s"), "early_push": recorded(push, "early_batches_per_s"),
+        "stock_pull_mib": recorded(pull, "midrun_start_store_bytes", MiB),
+        "stock_push_mib": recorded(push, "midrun_start_store_bytes", MiB),
         "peak": med(r.peak_bytes / r.budget_bytes for r in push),
         "peak_mib": med(r.peak_bytes for r in push) / MiB,
         "believed": med(r.believed_peak_bytes / r.budget_bytes for r in push),
-        "step_s": med(steps) if (steps := [r.midrun_step_s_median for r in push if r.midrun_step_s_median]) else float("nan"),
+        "step_s": recorded(push, "midrun_step_s_median"),
         "first_pull_s": med(r.first_batch_s for r in pull), "first_push_s": med(r.first_batch_s for r in push),
         "wait_s": med(r.wait_s_median for r in push),
     }
@@ -108,15 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         pulls += pull
         for b in budgets:
             pushes[b] += push[b]
-    print("\n| push budget MiB | push/pull overall | push/pull mid-run | before the window b/s, pull / push "
-          "| first batch s, pull / push | stored as the window opens MiB, pull / push | push peak MiB | push peak / its budget "
-          "| believed / its budget | push mid-run step s | push wait s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for b in budgets:
         m = figures(pulls, pushes[b])
-        print(f"| {b} | {m['overall']:.2f} | {m['midrun']:.2f} | {m['early_pull']:.2f} / {m['early_push']:.2f} "
-              f"| {m['first_pull_s']:.2f} / {m['first_push_s']:.2f} | {m['stock_pull_mib']:.0f} / {m['stock_push_mib']:.0f} | {m['peak_mib']:.0f} | {m['peak']:.2f} "
-              f"| {m['believed']:.2f} | {m['step_s']:.3f} | {m['wait_s']:.3f} |")
+        rows.append([b, f"{m['overall']:.2f}", f"{m['midrun']:.2f}", f"{m['early_pull']:.2f} / {m['early_push']:.2f}",
+                     f"{m['first_pull_s']:.2f} / {m['first_push_s']:.2f}",
+                     f"{m['stock_pull_mib']:.0f} / {m['stock_push_mib']:.0f}", f"{m['peak_mib']:.0f}", f"{m['peak']:.2f}",
+                     f"{m['believed']:.2f}", f"{m['step_s']:.3f}", f"{m['wait_s']:.3f}"])
+    print("\n" + markdown_table(
+        ["push budget MiB", "push/pull overall", "push/pull mid-run", "before the window b/s, pull / push",
+         "first batch s, pull / push", "stored as the window opens MiB, pull / push", "push peak MiB",
+         "push peak / its budget", "believed / its budget", "push mid-run step s", "push wait s"], rows, align="r" * 11))
     return 0
 
 

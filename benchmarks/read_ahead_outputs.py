@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from raydata_course.lab.report import load_results  # noqa: E402
 from raydata_course.lab.targets import push_targets  # noqa: E402
 from raydata_course.push_split.readahead import CAP_OUTPUTS_ENV  # noqa: E402
+from raydata_course.tables import markdown_table  # noqa: E402
 
 
 def _share(op_tasks: list, operators: list[str], prefix: str, at_least: int) -> tuple[int, int]:
@@ -95,15 +96,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {rnd + 1}/{args.rounds}, {name}: {secs:.0f} s", flush=True)
             figures.setdefault((name, "lazy free 1000 ms"), []).append(lazy)
             figures.setdefault((name, "lazy free 0 ms"), []).append(free0)
-    print("\n| read-ahead cap | lazy free | push/pull overall | push/pull mid-run | decode >= 2 tasks "
-          "| listing holds a task | read holds a task | push wait s | push step s | step CPU s "
-          "| push peak / budget | believed / budget |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    table = []
     for (name, setting), rows in figures.items():
         m = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        print(f"| {name} | {setting} | {m['overall']:.2f} | {m['midrun']:.2f} | {m['decode2']:.0%} | {m['listing']:.0%} "
-              f"| {m['read']:.0%} | {m['wait_s']:.3f} | {m['step_s']:.3f} | {m['step_cpu_s']:.3f} | {m['peak']:.2f} "
-              f"| {m['believed']:.2f} |")
+        table.append([name, setting, f"{m['overall']:.2f}", f"{m['midrun']:.2f}", f"{m['decode2']:.0%}",
+                      f"{m['listing']:.0%}", f"{m['read']:.0%}", f"{m['wait_s']:.3f}", f"{m['step_s']:.3f}",
+                      f"{m['step_cpu_s']:.3f}", f"{m['peak']:.2f}", f"{m['believed']:.2f}"])
+    print("\n" + markdown_table(
+        ["read-ahead cap", "lazy free", "push/pull overall", "push/pull mid-run", "decode >= 2 tasks",
+         "listing holds a task", "read holds a task", "push wait s", "push step s", "step CPU s",
+         "push peak / budget", "believed / budget"], table, align="ll" + "r" * 10))
     return 0
 
 

@@ -22,8 +22,9 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   the time they took), summed over consumers; ``early_batches_per_s``: the batches up to
   that window's opening (the first ``int(0.25 n) + 1`` of ``n``) over the time from each
   consumer's start, the wait for the first batch included, summed over consumers: a split
-  whose producer decoded ahead while its consumers waited is slow here and fast mid-run; ``midrun_start_store_bytes``: the store's usage as that window opens (what
-  the producer had decoded ahead);
+  whose producer decoded ahead while its consumers waited is slow here and fast mid-run;
+  ``midrun_start_store_bytes``: the store's usage as that window opens (what the producer
+  had decoded ahead);
 - the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
   *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
   ``used``: the raylet frees objects every ``free_objects_period_milliseconds``);

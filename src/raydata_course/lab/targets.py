@@ -18,7 +18,7 @@ from raydata_course.units import MiB
 
 __all__ = ["PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "PUSH_PEAK_MAX_FREE0", "PUSH_PEAK_MAX_LAZY",
            "pull_push_pairs", "push_targets", "believed_where", "peak_where", "rate_where",
-           "midrun_stock_needed_bytes", "format_push_targets"]
+           "midrun_stock_needed_bytes", "format_push_targets", "median_recorded"]
 
 
 def _mib(num_bytes: float) -> str:
@@ -119,6 +119,19 @@ def peak_where(breakdown: dict) -> str:
     return " / ".join(f"{label} {_mib(breakdown[key])}" for label, key in parts)
 
 
+def median_recorded(runs: list[RunResult], attr: str) -> Optional[float]:
+    """The median of the field ``attr`` over the runs that recorded it (not None); None when
+    none did (results written before the field existed).
+
+    Examples:
+        >>> from types import SimpleNamespace as R
+        >>> median_recorded([R(x=1.0), R(x=None), R(x=3.0)], "x"), median_recorded([R(x=None)], "x")
+        (2.0, None)
+    """
+    known = [getattr(r, attr) for r in runs if getattr(r, attr) is not None]
+    return statistics.median(known) if known else None
+
+
 def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
     """Where a throughput gap comes from, in words (medians over repeats): the object store's
     usage when the mid-run window opened (what the producer had decoded ahead, MiB), each
@@ -131,14 +144,14 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
     med = statistics.median
 
     def stored(runs):
-        known = [r.midrun_start_store_bytes for r in runs if r.midrun_start_store_bytes is not None]
-        return _mib(med(known)) if known else "n/a"
+        known = median_recorded(runs, "midrun_start_store_bytes")
+        return "n/a" if known is None else _mib(known)
 
     words = (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
              f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
-    early = [[r.early_batches_per_s for r in runs if r.early_batches_per_s] for runs in (pull, push)]
-    if all(early):
-        words += (f"; before the window: pull {med(early[0]):.2f} b/s, push {med(early[1]):.2f} b/s, the first "
+    early = [median_recorded(runs, "early_batches_per_s") for runs in (pull, push)]
+    if None not in early:
+        words += (f"; before the window: pull {early[0]:.2f} b/s, push {early[1]:.2f} b/s, the first "
                   f"batch after pull {med([r.first_batch_s for r in pull]):.2f} s, push "
                   f"{med([r.first_batch_s for r in push]):.2f} s")
     cfg = push[0].config

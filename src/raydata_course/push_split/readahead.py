@@ -112,7 +112,8 @@ class ReadAheadPolicy(_Base):
     """Ray Data backpressure policy: an operator whose outputs reach what its busy downstream
     needs (:func:`read_ahead_cap_bytes`), or whose next task would take Ray Data's believed
     usage past the user's budget while it has one running, takes no new input; its running
-    tasks' outputs are read in full unless ``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1`` (see the module docstring; Ray Data's liveness guard may still release an idle pipeline,
+    tasks' outputs are read in full unless ``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1`` (see the
+    module docstring; Ray Data's liveness guard may still release an idle pipeline,
     ``streaming_executor_state.py:126-238``). A failure to read Ray Data's estimates never stops the
     pipeline: the operator is then not capped."""
 
@@ -136,8 +137,8 @@ class ReadAheadPolicy(_Base):
         user set (the context's ``resource_limits.object_store_memory``, not the executor's
         lowered limit): its usage plus the task's pending output
         (``obj_store_mem_max_pending_output_per_task``), plus ``TRANSIENT_OUTPUTS`` more of
-        them (outputs Ray Data counts twice as their tasks end), at most the budget. An operator with
-        no task running may always start one (liveness, as Ray Data's own allocator allows,
+        them (outputs Ray Data counts twice as their tasks end), at most the budget. An
+        operator with no task running may always start one (liveness, as Ray Data's own allocator allows,
         ``resource_manager.py:823-862``); no finite budget, no guard."""
         ctx = getattr(self, "_data_context", None)
         budget = getattr(getattr(getattr(ctx, "execution_options", None), "resource_limits", None),
