@@ -23,7 +23,8 @@ import pytest
 from raydata_course.judging import wire
 from raydata_course.judging.kernel import serve, to_data
 from raydata_grader import judge as judge_module
-from raydata_grader.judge import Judge, judges, load_checks
+from raydata_grader.facts import observed, reported
+from raydata_grader.judge import Judge, judges, load_checks, measured, notebook_reported
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook
 from raydata_grader.remote import KernelRaised
 
@@ -412,3 +413,59 @@ def test_a_failure_names_the_input_it_failed_on_but_not_its_values():
         with about_input("outer"), about_input("inner"):
             assert False, "Wrong."  # noqa: B011, PT015
     assert str(nested.value) == "Wrong. The input: inner."
+
+
+@judges("a_hidden", facts=[reported("the kernel's own figure", "the kernel")])
+def _check_reported_note(k):
+    k.call("double", 1)
+    return notebook_reported("your run took 3 s")
+
+
+@judges("a_hidden", facts=[observed("a call's time", "the judge's clock")])
+def _check_timed_note(k):
+    result, seconds = k.timed_call("slow_double", 21)
+    assert result.get() == 42 and seconds >= 0.2, "the judge's clock saw the call take its time"
+    assert not k.observable()  # no sandbox here: what would be observed is taken from the kernel
+    return measured(f"it took {seconds:.1f} s")
+
+
+def test_a_note_says_where_its_figures_come_from_and_a_verdict_what_it_rests_on(tmp_path):
+    """A check that rests on a reported fact says so in its verdict (its points can be held); a
+    note is labelled observed or reported; a check that could not observe counts as reported."""
+    def slow_double(x):
+        time.sleep(0.2)
+        return 2 * x
+
+    for check, source in ((_check_reported_note, "reported"), (_check_timed_note, "observed")):
+        judge = _judge(tmp_path, a_hidden=check)
+        session = judge.open("a_hidden", 30)
+        _serve(judge, session, {"double": lambda x: 2 * x, "slow_double": slow_double})
+        verdict = judge.close(session)
+        judge.shutdown()
+        assert verdict.passed, verdict.message
+        assert verdict.note_source == source and verdict.reported
+        assert verdict.to_json()["reported"] is True and verdict.to_json()["note_source"] == source
+
+
+def test_a_class_is_known_by_identity_not_by_name():
+    """``is_instance`` looks the class itself up in the type's MRO: a class that takes Ray's
+    name and module is not Ray's, and ``__class__`` cannot pretend."""
+    from ray.data.collate_fn import CollateFn, NumpyBatchCollateFn
+
+    from raydata_course.judging.helpers import is_instance
+
+    class Fake:
+        pass
+
+    Fake.__module__, Fake.__qualname__, Fake.__name__ = "ray.data.collate_fn", "CollateFn", "CollateFn"
+
+    class Pretender:
+        __class__ = CollateFn  # what isinstance() would believe
+
+    class Real(NumpyBatchCollateFn):
+        def __call__(self, batch):
+            return batch
+
+    assert is_instance(Real(), "ray.data.collate_fn", "CollateFn")
+    assert not is_instance(Fake(), "ray.data.collate_fn", "CollateFn")
+    assert isinstance(Pretender(), CollateFn) and not is_instance(Pretender(), "ray.data.collate_fn", "CollateFn")

@@ -8,18 +8,28 @@ raises ``AssertionError`` with a message that names the *kind* of input that fai
 (rows, blocks, columns: ``about_input``) and what to fix, never its values or the expected value.
 
 The visible tests' twins check the values the visible test computed in the notebook against
-what this process expects for the visible inputs.
+what this process expects for the visible inputs. Where the kernel runs in a sandbox, the
+judge reads Part C's Parquet files itself, from the host, and sees which processes wrote them
+(fanotify, as root): only Ray's workers may. What each check rests on, and where the judge gets
+it, is in ``docs/grader/inventory.md``.
 """
 
 import functools
 import random
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from raydata_course.data import load_wine_table as _load_wine_table
+from raydata_grader.facts import observed, recomputed, reported
+from raydata_grader.file_events import WriterWatch
 from raydata_grader.input_shapes import about_input, describe_tables
 from raydata_grader.judge import judges
+
+_MATERIALIZED = "ray.data.dataset.MaterializedDataset"
+_IS_MATERIALIZED = reported("the dataset is a MaterializedDataset",
+                            "the kernel looks the class up in the object's type's MRO, by identity")
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,7 +70,7 @@ def _dataset(k, tables):
 # ------------------------------------------------------------------------------ part A
 
 
-@judges("block_row_counts_visible")
+@judges("block_row_counts_visible", facts=[recomputed("the visible counts")])
 def visible_block_row_counts(k):
     counts = k.value("counts")
     assert isinstance(counts, list) and all(_is_int(c) for c in counts), "block_row_counts must return a list of ints."
@@ -68,7 +78,8 @@ def visible_block_row_counts(k):
         "range(100, override_num_blocks=4) has four blocks of 25 rows: count rows per block.")
 
 
-@judges("block_row_counts_hidden")
+@judges("block_row_counts_hidden", facts=[
+    recomputed("per-block row counts of datasets whose blocks the judge built")])
 def check_block_row_counts(k):
     wine = load_wine_table()
     cases = [
@@ -118,11 +129,12 @@ def _check_block_count(data, what: str) -> None:
     )
 
 
-def _check_blocks(data, num_rows: int, num_blocks: int, what: str) -> None:
-    assert data.type.is_a("MaterializedDataset"), (
+def _check_blocks(k, ds, num_rows: int, num_blocks: int, what: str) -> None:
+    assert k.is_instance(ds, _MATERIALIZED), (
         f"make_blocks must return a materialized dataset (call .materialize()); it returned a "
-        f"{data.type.qualname} (failed on {what})."
+        f"{ds.type.qualname} (failed on {what})."
     )
+    data = ds.get("dataset")
     _check_block_count(data, what)
     assert len(data.blocks) == num_blocks, (
         f"On {what}, the dataset does not have exactly the requested number of blocks. "
@@ -138,17 +150,20 @@ def _check_blocks(data, num_rows: int, num_blocks: int, what: str) -> None:
     assert max(rows) - min(rows) <= 1, f"On {what}, block row counts differ by more than one."
 
 
-@judges("make_blocks_visible")
+@judges("make_blocks_visible", facts=[
+    _IS_MATERIALIZED, recomputed("the blocks' count, rows and columns, from the blocks themselves")])
 def visible_make_blocks(k):
+    assert k.is_instance(k.student("ds_b"), _MATERIALIZED), "make_blocks must return a materialized dataset (call .materialize())"
     data = k.value("ds_b", "dataset")
-    assert data.type.is_a("MaterializedDataset"), "make_blocks must return a materialized dataset (call .materialize())"
     _check_block_count(data, "the visible test's dataset")
     assert len(data.blocks) == 4, "asked for 4 blocks"
     assert sum(data.block_num_rows) == 100, "asked for 100 rows"
     assert {b.names for b in data.blocks if b.num_rows} == {("id",)}, "the only column must be 'id'"
 
 
-@judges("make_blocks_hidden")
+@judges("make_blocks_hidden", facts=[
+    _IS_MATERIALIZED,
+    recomputed("exactly num_blocks blocks of ids 0..num_rows-1, balanced, from the blocks themselves")])
 def check_make_blocks(k):
     for num_rows, num_blocks, what in [
         (103, 4, "a row count that does not divide evenly"),
@@ -157,7 +172,7 @@ def check_make_blocks(k):
         (1_000, 1, "a single block"),
     ]:
         with about_input(f"make_blocks({num_rows}, {num_blocks})"):
-            _check_blocks(k.remote_call("make_blocks", num_rows, num_blocks).get("dataset"), num_rows, num_blocks, what)
+            _check_blocks(k, k.remote_call("make_blocks", num_rows, num_blocks), num_rows, num_blocks, what)
 
 
 # ------------------------------------------------------------------------------ part C
@@ -198,29 +213,94 @@ def _sorted_rows_of(table: pa.Table) -> list[tuple]:
     return sorted(tuple(row.values()) for row in table.to_pylist())
 
 
-@judges("write_files_visible")
+def _listing(k, folder: str) -> dict:
+    """What a folder of Parquet files holds (``parquet_folder``'s shape): read by the judge itself
+    from the host where the kernel has a sandbox, else by the kernel (a reported fact)."""
+    if k.observable():
+        import pyarrow.parquet as pq
+
+        from raydata_course.judging.kernel import to_data
+
+        host = k.outside.host_path(folder)
+        files = sorted(host.glob("*.parquet")) if host is not None and host.is_dir() else []
+        tables = [pq.read_table(f) for f in files]
+        return {"paths": [str(Path(folder) / f.name) for f in files],
+                "schemas": [(tuple(t.schema.names), tuple(str(x) for x in t.schema.types)) for t in tables],
+                "table": to_data(pa.concat_tables(tables, promote_options="permissive")) if tables else None}
+    return k.call(k.helper("parquet_folder"), folder)
+
+
+_FILES = recomputed("the files' count, columns, types and rows",
+                    "read by the judge from the sandbox's disk (by the kernel where there is no sandbox)")
+
+
+@judges("write_files_visible", facts=[_FILES, recomputed("the paths returned")])
 def visible_write_files(k):
     wine = load_wine_table()
-    listing = k.call(k.helper("parquet_folder"), k.student("out_c"))
-    _check_files(k.value("paths_c"), listing, wine, 3, "Asked for 3 files")
+    _check_files(k.value("paths_c"), _listing(k, str(k.value("out_c"))), wine, 3, "Asked for 3 files")
 
 
-@judges("write_files_hidden")
+def _writes(k, folder: str):
+    """A :class:`~raydata_grader.file_events.WriterWatch` of ``folder`` in the sandbox, or None
+    where the judge cannot see writers (no sandbox, or not root)."""
+    if not k.observable():
+        return None
+    host = k.outside.host_path(folder)
+    watch = WriterWatch(host).start() if host is not None else None
+    if watch is None:
+        k.took_reported = True
+    return watch
+
+
+def _check_writers(watch: WriterWatch, paths: list[str], what: str) -> None:
+    """Every file must have been written, and only by Ray's workers."""
+    written = watch.stop()
+    by_file: dict[str, set[str]] = {}
+    for w in written:
+        by_file.setdefault(Path(w.path).name, set()).add(w.title)
+    for path in paths:
+        titles = by_file.get(Path(path).name, set())
+        assert titles and all(t.startswith("ray::") for t in titles), (
+            f"{what}, the files were not written by Ray Data's workers (the grader saw who wrote each one): "
+            "write them with Dataset.write_parquet, not with pyarrow, pandas or another process."
+        )
+
+
+@judges("write_files_hidden", facts=[
+    _FILES, recomputed("the paths returned: exactly the files written, sorted"),
+    observed("only Ray's worker processes wrote the files",
+             "fanotify on the folder, read by the host: each writer's pid and title (as root; elsewhere the kernel's "
+             "guard that makes the driver's Parquet writers fail, a reported fact)"),
+])
 def check_write_files(k):
-    """Other file counts: the paths returned, the files' contents and count are checked here.
+    """Other file counts: the paths returned, the files' contents and count, and their writers.
 
-    Trusts the kernel on one thing: that Ray Data's workers wrote the files, not the driver
+    The judge reads the files from the host and watches which processes write them
+    (:class:`raydata_grader.file_events.WriterWatch`): every file must come from a Ray worker
+    (title ``ray::...``), not from the driver or another process. Where it cannot watch (no
+    sandbox, or not root), it relies on a guard in the kernel instead
     (``call_without_driver_parquet_writes`` makes pyarrow's and pandas' writers fail in the
-    kernel's own process, which the kernel could undo).
+    kernel's own process, which code there could undo): a reported fact.
     """
     wine = load_wine_table()
     for num_files in (1, 5, 8):
         folder = k.remote_call(k.helper("scratch_folder"), "data01-hidden-")
+        inside = str(folder.get())
         try:
             with about_input(f"write_files on the Wine table ({wine.num_rows} rows) with num_files={num_files}"):
-                got = k.call(k.helper("call_without_driver_parquet_writes"), k.student("write_files"), wine, folder,
-                             num_files)
-                listing = k.call(k.helper("parquet_folder"), folder)
+                watch = _writes(k, inside)
+                if watch is None:
+                    got = k.call(k.helper("call_without_driver_parquet_writes"), k.student("write_files"), wine,
+                                 folder, num_files)
+                else:
+                    try:
+                        got = k.call("write_files", wine, folder, num_files)
+                    except BaseException:
+                        watch.stop()
+                        raise
+                listing = _listing(k, inside)
+                if watch is not None:
+                    _check_writers(watch, listing["paths"], "For another file count")
                 _check_files(got, listing, wine, num_files, "For another file count")
         finally:
             k.call(k.helper("remove_folder"), folder)
@@ -229,7 +309,7 @@ def check_write_files(k):
 # ------------------------------------------------------------------------------ part D
 
 
-@judges("first_rows_by_visible")
+@judges("first_rows_by_visible", facts=[recomputed("the visible rows")])
 def visible_first_rows_by(k):
     got = k.value("got_d")
     assert got == [{"id": 0}, {"id": 2}], "Expected the two smallest ids in ascending order."
@@ -241,7 +321,8 @@ def _rows_of(got, what: str) -> list[dict]:
     return got
 
 
-@judges("first_rows_by_hidden")
+@judges("first_rows_by_hidden", facts=[
+    recomputed("the k smallest rows, whole and in order, on other columns, a large dataset and out-of-order blocks")])
 def check_first_rows_by(k):
     rng = random.Random(7)
     scores = [rng.randint(0, 50) for _ in range(60)]

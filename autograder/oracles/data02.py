@@ -6,9 +6,12 @@ output blocks as data, and compares them with values computed here. Messages nam
 input that failed, its shape (rows, blocks, columns, arguments: ``about_input``) and what to
 fix, never the input's values or the expected result.
 
-Trusted measurement: the speed check of Part A times the student's UDF and a one-operation
-vectorized baseline in the kernel, on the same batch; the judge has to take both timings as
-the kernel reports them (a kernel that lies about them gains one point of a speed check).
+The speed check of Part A is observed from outside the kernel: the judge times each call of
+the student's UDF on a large batch with its own clock, against a one-operation vectorized
+baseline timed the same way in the kernel and once more in the judge's own process (the
+faster of the two is the yardstick, so a kernel that slows its baseline gains nothing), and
+checks the timed call's output value by value. The inventory of every check's facts is
+``docs/grader/inventory.md``.
 """
 
 import functools
@@ -17,8 +20,16 @@ import numpy as np
 import pyarrow as pa
 
 from raydata_course.data import load_wine_table as _load_wine_table
+from raydata_grader.facts import observed, recomputed
 from raydata_grader.input_shapes import about_input, describe_tables
-from raydata_grader.judge import judges
+from raydata_grader.judge import judges, measured
+
+#: Copies of the Wine table in the speed check's batch (534,000 rows), and how many times each
+#: side is timed (the fastest counts).
+SPEED_COPIES = 3000
+SPEED_REPEATS = 5
+#: How many times slower than the vectorized baseline a UDF may be.
+SPEED_FACTOR = 15
 
 
 @functools.lru_cache(maxsize=1)
@@ -65,7 +76,10 @@ def _wine_row_ratio(wine: pa.Table) -> dict:
     return {tuple(row[n] for n in names): r for row, r in zip(wine.to_pylist(), ratio)}
 
 
-@judges("phenol_ratio_visible")
+@judges("phenol_ratio_visible", facts=[
+    recomputed("the visible rows' phenol_ratio, and every input column kept"),
+    recomputed("a new dict returned, the input batch untouched", "the judge asks the kernel whether two of its objects are one"),
+])
 def visible_phenol_ratio(k):
     wine = load_wine_table()
     rows = k.value("out_a")
@@ -83,13 +97,38 @@ def visible_phenol_ratio(k):
         "return a new dict, do not modify the input batch")
 
 
-@judges("phenol_ratio_hidden")
+def _host_baseline_s(wine: pa.Table) -> float:
+    """The vectorized baseline in the judge's own process: the first two float columns of the
+    speed check's batch divided, added to a copy of the batch (fastest of SPEED_REPEATS), in seconds."""
+    import time
+
+    big = pa.concat_tables([wine] * SPEED_COPIES)
+    batch = {name: np.asarray(col.to_numpy()) for name, col in zip(big.column_names, big.columns)}
+    a, b = [n for n, v in batch.items() if v.dtype.kind == "f"][:2]
+    best = float("inf")
+    for _ in range(SPEED_REPEATS):
+        start = time.perf_counter()
+        {**batch, "baseline": batch[a] / batch[b]}
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@judges("phenol_ratio_hidden", facts=[
+    recomputed("phenol_ratio of every row, through map_batches in blocks of several sizes; float64 in every block"),
+    recomputed("a one-row batch gives one ratio; the input columns are unchanged"),
+    observed("the UDF's time on 534,000 rows, at most 15x a vectorized baseline",
+             "each call timed by the judge's own clock; the baseline timed the same way in the kernel and in the "
+             "judge's process, the faster counting"),
+    recomputed("the timed call's output, value by value"),
+])
 def check_phenol_ratio(k):
     """Every row in batches of several sizes, a one-row batch, inputs unchanged, and speed.
 
-    Trusts a measurement made in the kernel: the UDF's time and the vectorized baseline's,
-    on the same batch (:func:`raydata_course.judging.helpers.best_time_s`). Cross-checked:
-    nothing (a kernel that lies about the two timings wins this one assertion).
+    The speed is observed from outside the kernel: each call is timed by the judge's clock
+    (:meth:`raydata_grader.remote.Kernel.timed_call`), the UDF's against a vectorized
+    baseline's on the same batch; the baseline is also timed in the judge's own process, and
+    the faster one counts. The timed call's output is checked too, so an answer cannot be fast
+    by being wrong on the large batch.
     """
     wine = load_wine_table()
     expected = np.asarray(wine["flavanoids"]) / np.asarray(wine["total_phenols"])
@@ -110,20 +149,33 @@ def check_phenol_ratio(k):
     out = k.call(udf, k.helper("readonly_batch")(ten))
     assert isinstance(out, dict) and np.array_equal(out.get("flavanoids"), np.asarray(ten["flavanoids"])), (
         "Do not change the input columns.")
-    big = k.helper("readonly_batch")(k.helper("repeat_table")(wine, 3000))  # 534,000 rows, built in the kernel
-    reference_s = k.call(k.helper("vectorized_baseline_s"), big)
-    yours_s = k.call(k.helper("best_time_s"), udf, big)
-    assert yours_s <= 15 * max(reference_s, 1e-3), (
-        f"On a batch of {3000 * wine.num_rows:,} rows your UDF took {yours_s * 1e3:.0f} ms, more than 15x a "
-        "vectorized version. Replace the Python loop or list comprehension with one NumPy operation on "
-        "whole columns."
+    rows = SPEED_COPIES * wine.num_rows
+    big = k.helper("readonly_batch")(k.helper("repeat_table")(wine, SPEED_COPIES))  # built in the kernel
+    baseline = k.helper("vectorized_baseline")
+    kernel_reference_s = min(k.timed_call(baseline, big)[1] for _ in range(SPEED_REPEATS))
+    reference_s = min(kernel_reference_s, _host_baseline_s(wine))
+    yours_s, timed = float("inf"), None
+    for _ in range(SPEED_REPEATS):
+        timed, seconds = k.timed_call(udf, big)
+        yours_s = min(yours_s, seconds)
+    got = k.call(k.helper("getitem"), timed, "phenol_ratio")
+    assert isinstance(got, np.ndarray) and got.shape == (rows,) and np.allclose(
+        got, np.tile(expected, SPEED_COPIES), rtol=0, atol=1e-12), (
+        f"On a batch of {rows:,} rows (the Wine table repeated), some phenol_ratio values are wrong.")
+    assert yours_s <= SPEED_FACTOR * max(reference_s, 1e-3), (
+        f"On a batch of {rows:,} rows your UDF took {yours_s * 1e3:.0f} ms (timed by the grader), more than "
+        f"{SPEED_FACTOR}x a vectorized version. Replace the Python loop or list comprehension with one NumPy "
+        "operation on whole columns."
     )
+    return measured(f"on a batch of {rows:,} rows your UDF took {yours_s * 1e3:.1f} ms, a one-operation vectorized "
+                    f"version {reference_s * 1e3:.1f} ms.")
 
 
 # ------------------------------------------------------------------------------ part B
 
 
-@judges("standardize_visible")
+@judges("standardize_visible", facts=[
+    recomputed("the visible result's z-scores (mean 0, std 1) and the unchanged columns")])
 def visible_standardize(k):
     wine = load_wine_table()
     frame = k.value("std_b")
@@ -136,7 +188,9 @@ def visible_standardize(k):
         "columns you were not asked to change must stay unchanged")
 
 
-@judges("standardize_hidden")
+@judges("standardize_hidden", facts=[
+    recomputed("dataset-wide z-scores of other columns in other blocks, float64 in every block, every row and column kept"),
+    recomputed("an integer column standardized to float64")])
 def check_standardize(k):
     wine = load_wine_table()
     frame = wine.to_pandas()
@@ -170,7 +224,7 @@ def _band(alcohol: float) -> str:
     return "light" if alcohol < 12.5 else ("medium" if alcohol < 13.5 else "strong")
 
 
-@judges("add_bands_visible")
+@judges("add_bands_visible", facts=[recomputed("every visible row's band, and the dataset's rows kept")])
 def visible_add_bands(k):
     wine = load_wine_table()
     rows = k.value("rows_c")
@@ -181,7 +235,8 @@ def visible_add_bands(k):
     assert sorted(r["alcohol"] for r in rows) == sorted(wine["alcohol"].to_pylist()), "keep the dataset's rows"
 
 
-@judges("add_bands_hidden")
+@judges("add_bands_hidden", facts=[
+    recomputed("the bands at their boundaries, one Arrow type for band in every block, every row kept")])
 def check_add_bands(k):
     # Boundary values, and blocks that each hold a single band.
     alcohol = [12.5, 13.5, 12.499, 13.499, 11.0, 14.8] * 4
@@ -201,7 +256,7 @@ def check_add_bands(k):
 # ------------------------------------------------------------------------------ part D
 
 
-@judges("long_format_visible")
+@judges("long_format_visible", facts=[recomputed("the visible long table's rows, columns and hue values")])
 def visible_long_format(k):
     wine = load_wine_table()
     frame = k.value("long_d")
@@ -214,7 +269,9 @@ def visible_long_format(k):
     assert abs(hue - sum(wine["hue"].to_pylist())) < 1e-6, "values of 'hue' do not add up"
 
 
-@judges("long_format_hidden")
+@judges("long_format_hidden", facts=[
+    recomputed("per cultivar and measure, the values of other columns add up; float64 values; exactly three columns"),
+    recomputed("no columns listed gives no rows")])
 def check_long_format(k):
     wine = load_wine_table()
     frame = wine.to_pandas()

@@ -7,11 +7,14 @@ predictions that come back with the model's own, computed here. Messages name th
 input that failed, its shape (``about_input``) and what to fix, never its values or the expected
 result.
 
-Trusted measurements: the number of model loads per actor and per instance is counted in the
-kernel (:func:`raydata_course.chapters.ch03_actor_pools.setup_events`, the set-up log the
-course's ``load_classifier`` writes), and so is the pool's compute strategy
-(:func:`raydata_course.judging.helpers.compute_strategy_facts`) and Ray Data's deprecation
-warnings. The judge cross-checks the rows and predictions that come back against its own.
+Model loads are observed from outside the kernel where it has a sandbox: the judge counts the
+opens of the model file it wrote (inotify, :class:`raydata_grader.file_events.OpenCounter`)
+and the pool's actor processes by their titles (``ray::MapWorker(...)``). Without a sandbox it
+reads the course's set-up log in the kernel instead (a reported fact). The pool's compute
+strategy (:func:`raydata_course.judging.helpers.compute_strategy_facts`), Ray Data's
+deprecation warnings and a returned object's class are reported by the kernel. The judge
+recomputes the rows and predictions that come back against its own model. What each check
+rests on is in ``docs/grader/inventory.md``.
 """
 
 import contextlib
@@ -25,8 +28,15 @@ import pyarrow as pa
 
 from raydata_course.chapters import ch03_classifier as inference
 from raydata_course.data import load_wine_table
+from raydata_grader.facts import observed, recomputed, reported
+from raydata_grader.file_events import OpenCounter
 from raydata_grader.input_shapes import about_input, describe_tables
 from raydata_grader.judge import judges
+
+#: The title of an actor of a map_batches actor pool (``ray::MapWorker(MapBatches(Cls))``).
+_POOL_ACTOR = "ray::MapWorker("
+_LOADS_OBSERVED = ("the opens of the model file the judge wrote (inotify, read by the host); without a sandbox, "
+                   "the course's set-up log in the kernel (reported)")
 
 _CONFIDENCE_ATOL = 1e-4
 _POOLS = "raydata_course.chapters.ch03_actor_pools"
@@ -152,7 +162,8 @@ def _notebook_classifier(k):
                                 tuple(arrays["feature_names"]), tuple(arrays["class_names"]))
 
 
-@judges("predictor_visible")
+@judges("predictor_visible", facts=[
+    recomputed("the visible output's columns, dtypes, ids and accuracy; -1 under a strict threshold")])
 def visible_predictor(k):
     wine = load_wine_table().to_pandas()
     out = k.value("out_a")
@@ -169,14 +180,26 @@ def visible_predictor(k):
     assert np.all(k.value("strict")["predicted"] == -1), "with min_confidence above every probability, every prediction must be -1"
 
 
-@judges("predictor_hidden")
+def _opens(k, path: str) -> "OpenCounter | None":
+    """An :class:`OpenCounter` of the model file in the sandbox, entered; None without a sandbox."""
+    if not k.observable():
+        return None
+    host = k.outside.host_path(path)
+    return OpenCounter(host).__enter__() if host is not None else None
+
+
+@judges("predictor_hidden", facts=[
+    recomputed("every prediction and confidence, batch by batch and whole, against the judge's own model"),
+    observed("one load per instance", _LOADS_OBSERVED),
+])
 @_with_model_in_kernel
 def check_predictor(k, clf, path):
     """Another model, batch sizes and orders: the model's own predictions, one load per instance.
 
-    Trusts a measurement made in the kernel: the count of ``load_classifier`` calls in the
-    kernel's process (the course's set-up log). Cross-checked here: every prediction and
-    confidence against this process's own model.
+    The loads are observed from the host: the opens of the model file while one instance is
+    made and predicts (one open per ``load_classifier``). Without a sandbox, the count of
+    ``load_classifier`` calls in the kernel's set-up log (reported). Every prediction and
+    confidence is checked against this process's own model.
     """
     frame = _wine().to_pandas()
     order = np.random.default_rng(11).permutation(len(frame))
@@ -188,13 +211,18 @@ def check_predictor(k, clf, path):
         return k.helper("readonly_batch")(table, {"quality_note": np.arange(len(piece), dtype=np.float64)})  # not a feature
 
     for min_confidence in (0.0, 0.95):
-        before = _local_loads(k)
-        predictor = k.remote_call("WinePredictor", path, min_confidence=min_confidence)
-        results = {}
-        for i in (2, 0, 3, 1):  # batches out of order
-            results[i] = _check_output(k.call(predictor, batch(pieces[i])), pieces[i], "WinePredictor")
-        whole = _check_output(k.call(predictor, batch(frame)), frame, "WinePredictor")
-        loads = _local_loads(k) - before
+        counter = _opens(k, path)
+        before = _local_loads(k) if counter is None else 0
+        try:
+            predictor = k.remote_call("WinePredictor", path, min_confidence=min_confidence)
+            results = {}
+            for i in (2, 0, 3, 1):  # batches out of order
+                results[i] = _check_output(k.call(predictor, batch(pieces[i])), pieces[i], "WinePredictor")
+            whole = _check_output(k.call(predictor, batch(frame)), frame, "WinePredictor")
+        finally:
+            if counter is not None:
+                counter.__exit__(None, None, None)
+        loads = counter.opens if counter is not None else _local_loads(k) - before
         assert loads >= 1, (
             "WinePredictor never called inference.load_classifier(model_path): load the model with it "
             "in __init__."
@@ -225,7 +253,10 @@ def check_predictor(k, clf, path):
 # ------------------------------------------------------------------------------ part B
 
 
-@judges("predict_wine_visible")
+@judges("predict_wine_visible", facts=[
+    recomputed("every wine predicted once, with the notebook's own model's predictions and confidences"),
+    reported("one load per actor in the notebook's own run", "the course's set-up log, read in the kernel"),
+])
 def visible_predict_wine(k):
     wine = load_wine_table()
     frame = _frame(k.value("out_b"))
@@ -244,15 +275,25 @@ def visible_predict_wine(k):
     assert np.allclose(frame["confidence"].to_numpy(), reference.max(axis=1), atol=1e-5), "some confidences differ"
 
 
-@judges("predict_wine_hidden")
+@judges("predict_wine_hidden", facts=[
+    reported("a lazy Dataset comes back", "the kernel looks the class up in the object's MRO, by identity"),
+    reported("no deprecated concurrency= (Ray Data's warning)", "Ray Data's warning log records, caught in the kernel"),
+    reported("a fixed pool of exactly num_actors actors", "the plan's compute strategy, read in the kernel"),
+    observed("num_actors actors, each loading the model once",
+             "the pool's actor processes by title, and the opens of the model file (inotify), read by the host; "
+             "without a sandbox, the course's set-up log in the kernel (reported)"),
+    recomputed("every row once, with the judge's own model's prediction"),
+])
 @_with_model_in_kernel
 def check_predict_wine(k, clf, path):
     """A fixed pool of exactly num_actors actors, one load per actor, every row predicted right.
 
-    Trusts measurements made in the kernel: the pool's compute strategy read from the plan,
-    Ray Data's deprecation warnings, and the model loads the actors logged (the course's
-    set-up log actor). Cross-checked here: every row came back once, with this process's
-    model's prediction.
+    The loads are observed from the host: the pool's new actor processes (``ray::MapWorker(...)``)
+    and the opens of the model file (at least one, at most one per actor; two actors opening it
+    at the same moment may show as one open). Without a sandbox, the course's set-up log in the
+    kernel decides (reported). Reported by the kernel: the pool's compute strategy read from
+    the plan, Ray Data's deprecation warnings and the returned object's class. Every row is
+    checked against this process's model.
     """
     num_actors, batch_size, min_confidence = 2, 8, 0.8
     table = _wine(copies=2)
@@ -262,7 +303,7 @@ def check_predict_wine(k, clf, path):
                                                   logger_name="ray.data._internal.util")
     out_ds = k.helper("getitem")(called, "result")
     messages = k.call(k.helper("getitem"), called, "messages")
-    assert out_ds.type.is_a("ray.data.dataset.Dataset"), (
+    assert k.is_instance(out_ds, "ray.data.dataset.Dataset"), (
         "predict_wine must return the Dataset that map_batches gives (lazy), not rows or a DataFrame."
     )
     assert not any("concurrency" in m and "deprecated" in m for m in messages), (
@@ -282,25 +323,41 @@ def check_predict_wine(k, clf, path):
     )
 
     k.call(k.module(_POOLS).start_setup_log)
-    # Wait until every actor of the pool has started (run its constructor) before work is
-    # handed out, so that the number of loads does not depend on how fast actors start.
-    rows = _frame(k.call(k.helper("run_with_min_actor_wait"), out_ds, 120))
-    # Only this pool's loads: an actor of the notebook's earlier pool (another model file)
-    # can still be starting on a busy machine, and would load after the log was cleared.
-    loads = [e for e in k.call(k.module(_POOLS).setup_events, "load_classifier")
-             if isinstance(e, dict) and e.get("actor_id") is not None and e.get("detail") == path]
+    counter = _opens(k, path)
+    watch = k.outside.watch() if counter is not None else None
+    try:
+        if watch is not None:
+            watch.__enter__()
+        # Wait until every actor of the pool has started (run its constructor) before work is
+        # handed out, so that the number of loads does not depend on how fast actors start.
+        rows = _frame(k.call(k.helper("run_with_min_actor_wait"), out_ds, 120))
+    finally:
+        if watch is not None:
+            watch.__exit__(None, None, None)
+        if counter is not None:
+            counter.__exit__(None, None, None)
     assert len(rows) == table.num_rows and rows["id"].is_unique, (
         "On a larger dataset, not every row came out exactly once."
     )
-    assert loads, "No model was loaded inside the pool's actors: load it in WinePredictor.__init__."
-    actors = {e["actor_id"] for e in loads}
-    assert len(loads) == len(actors), (
-        "In the actor pool, some actor loaded the model more than once (once per batch?): load it "
-        "once per actor, in WinePredictor.__init__."
-    )
-    assert len(actors) == num_actors, (
-        "The number of actors that loaded the model differs from num_actors: the pool must have "
-        "exactly num_actors actors."
+    if counter is not None:
+        loads, actors = counter.opens, len(watch.pids_titled(_POOL_ACTOR, new_only=True))
+        assert loads >= 1, "No model was loaded by the pool: load it in WinePredictor.__init__ with load_classifier."
+        assert loads <= num_actors, (
+            "In the actor pool, the model file was opened more times than there are actors (once per batch?): "
+            "load it once per actor, in WinePredictor.__init__.")
+    else:
+        # Only this pool's loads: an actor of the notebook's earlier pool (another model file)
+        # can still be starting on a busy machine, and would load after the log was cleared.
+        events = [e for e in k.call(k.module(_POOLS).setup_events, "load_classifier")
+                  if isinstance(e, dict) and e.get("actor_id") is not None and e.get("detail") == path]
+        assert events, "No model was loaded inside the pool's actors: load it in WinePredictor.__init__."
+        assert len(events) == len({e["actor_id"] for e in events}), (
+            "In the actor pool, some actor loaded the model more than once (once per batch?): load it "
+            "once per actor, in WinePredictor.__init__."
+        )
+        actors = len({e["actor_id"] for e in events})
+    assert actors == num_actors, (
+        "The number of actors in the pool differs from num_actors: the pool must have exactly num_actors actors."
     )
     got = rows.set_index("id")
     ref = _reference(clf, table.to_pandas(), min_confidence)
@@ -364,7 +421,7 @@ def _check_evaluation(result, frame: pd.DataFrame, num_classes: int, what: str) 
     )
 
 
-@judges("evaluate_visible")
+@judges("evaluate_visible", facts=[recomputed("accuracy, abstentions and confusion matrix of the visible predictions")])
 def visible_evaluate(k):
     truth = load_wine_table()["cultivar"].to_numpy()
     pred = truth.copy()
@@ -374,7 +431,8 @@ def visible_evaluate(k):
     _check_evaluation(k.value("result_c"), frame, 3, "On the visible test's predictions")
 
 
-@judges("evaluate_hidden")
+@judges("evaluate_hidden", facts=[
+    recomputed("accuracy, abstentions, confusion matrix and its dtype, on other predictions, blocks and classes")])
 def check_evaluate(k):
     wine_truth = load_wine_table()["cultivar"].to_numpy()
     cases = [
@@ -396,7 +454,7 @@ def check_evaluate(k):
 
 def _check_pool(k, args, expected_max: int, visible: bool) -> None:
     pool = k.remote_call("pool_for", *args)
-    assert pool.type.is_a("ActorPoolStrategy"), (
+    assert k.is_instance(pool, "ray.data.ActorPoolStrategy"), (
         "pool_for must return a ray.data.ActorPoolStrategy.")
     sizes = (pool.min_size.get(), pool.initial_size.get(), pool.max_size.get())
     if visible:
@@ -422,7 +480,11 @@ def _raises_value_error(k, args) -> bool:
     return False
 
 
-@judges("pool_for_visible")
+_IS_POOL = reported("an ActorPoolStrategy comes back", "the kernel looks the class up in the object's MRO, by identity")
+
+
+@judges("pool_for_visible", facts=[_IS_POOL, recomputed("min_size and max_size on the visible cluster sizes"),
+                                   recomputed("ValueError when no actor fits")])
 def visible_pool_for(k):
     num_cpus = k.student("session").num_cpus.get()
     for args, expected_max in [((4,), 3), ((4, 0.5), 6), ((2, 1, 1), 1), ((num_cpus,), num_cpus - 1)]:
@@ -430,7 +492,9 @@ def visible_pool_for(k):
     assert _raises_value_error(k, (1, 1, 1)), "pool_for(1, 1, 1) leaves no CPU for an actor: it must raise ValueError"
 
 
-@judges("pool_for_hidden")
+@judges("pool_for_hidden", facts=[
+    _IS_POOL, recomputed("min_size, initial_size and max_size for other cluster sizes, fractional CPUs and reserves"),
+    recomputed("ValueError when cpus_per_actor is not positive or no actor fits")])
 def check_pool_for(k):
     fits = [((16, 2, 2), 7), ((8, 0.25, 1), 28), ((3, 2, 0), 1), ((2.5, 1, 1), 1), ((6, 1.5, 1), 3),
             ((64, 4, 4), 15)]

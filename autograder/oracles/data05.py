@@ -9,10 +9,20 @@ the predictions that come back here. Messages name the kind of
 input that failed, its shape (rows, blocks, columns, arguments: ``about_input``) and what to
 fix, never the input's values or the expected result.
 
-Trusted measurement: the shards' time limit (``run_split_readers`` in the kernel).
+Observed from outside the kernel, where it has a sandbox: Part C's ``streaming_split`` is
+seen in Ray's own processes (the split's coordinator actor, ``ray::SplitCoordinator``, shows up
+in the sandbox while the shards are read), and the read is timed by the judge. Part D's test
+images are the course's digits with their pixels moved to new places (one random permutation
+of the 64 positions per grading run, drawn here and applied to the training data too) and a
+tenth of them nudged, so no test image can be looked up in a table the kernel can read, while
+a model that learns from the data it is given learns it as well as ever. Reported by the
+kernel: the collate class's bases (looked up by identity). What each check rests on is in
+``docs/grader/inventory.md``.
 """
 
 import functools
+import secrets
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +30,7 @@ import pyarrow as pa
 from raydata_course.chapters import ch05_split_checks as split_checks
 from raydata_course.chapters import ch05_torch_ingest as ingest
 from raydata_course.judging.wire import TensorData
+from raydata_grader.facts import observed, recomputed, reported
 from raydata_grader.input_shapes import about_input
 from raydata_grader.judge import judges
 from raydata_grader.remote import KernelRaised
@@ -65,7 +76,7 @@ def _check_xy(batch, what: str) -> tuple[TensorData, TensorData]:
 # ------------------------------------------------------------------------------ part A
 
 
-@judges("collate_visible")
+@judges("collate_visible", facts=[recomputed("the visible batch's dtypes, shapes and pixel values")])
 def visible_collate(k):
     x, y = _check_xy(k.value("batch_a"), "The visible test's batch")
     assert tuple(x.shape) == (32, 64) and tuple(y.shape) == (32,), "features (32, 64) and labels (32,) for 32 rows"
@@ -74,16 +85,20 @@ def visible_collate(k):
     assert set(y.values.tolist()) <= set(range(10)), "labels must be the digits 0-9"
 
 
-@judges("collate_hidden")
+@judges("collate_hidden", facts=[
+    reported("DigitsCollate subclasses one of Ray's collate classes",
+             "the kernel looks ray.data.collate_fn.CollateFn up in the class's MRO, by identity"),
+    recomputed("every row's pixels / 16 and label, in batches of 1, 7 and 64 rows"),
+    recomputed("tensors arrive on the device asked for")])
 def check_collate(k):
     """DigitsCollate subclasses one of Ray's collate classes, and its batches hold exactly each
     row's pixels / 16 and label, in batches of any size.
 
-    Trusts the kernel's report of the class's bases (its MRO, as the kernel sends it); the
-    batches are checked here, value by value.
+    Reported by the kernel: the class's bases (:meth:`raydata_grader.remote.Kernel.is_instance`
+    looks Ray's class up in the MRO by identity, so a class that only takes Ray's name is not
+    it); the batches are checked here, value by value.
     """
-    collate_type = k.remote_call(k.student("DigitsCollate")).type
-    assert collate_type.is_a("ray.data.collate_fn.CollateFn"), (
+    assert k.is_instance(k.remote_call(k.student("DigitsCollate")), "ray.data.collate_fn.CollateFn"), (
         "DigitsCollate must subclass one of Ray's collate classes (ArrowBatchCollateFn, "
         "NumpyBatchCollateFn or PandasBatchCollateFn from ray.data.collate_fn); plain "
         "callables are deprecated since Ray 2.47."
@@ -118,7 +133,7 @@ def check_collate(k):
 # ------------------------------------------------------------------------------ part B
 
 
-@judges("train_batches_visible")
+@judges("train_batches_visible", facts=[recomputed("one epoch's batch sizes add up to the dataset, all full but one")])
 def visible_train_batches(k):
     train, _ = _digits_split()
     sizes = k.value("sizes_b")
@@ -149,7 +164,10 @@ def _runs_in_order(batches: list) -> float:
     return sum(bool((np.diff(b) == 1).all()) for b in long) / max(len(long), 1)
 
 
-@judges("train_batches_hidden")
+@judges("train_batches_hidden", facts=[
+    recomputed("every row once per epoch, full batches, rows mixed within batches, another order each epoch",
+               "the judge reads each row's id from its features"),
+    recomputed("tensors arrive on the device asked for")])
 def check_train_batches(k):
     num_rows, num_blocks = 1003, 6
     ds, _ = _probe_dataset(k, num_rows, num_blocks, seed=2)
@@ -189,11 +207,17 @@ def check_train_batches(k):
 # ------------------------------------------------------------------------------ part C
 
 
-def _read_shards(k, ds, num_shards: int) -> list:
+def _read_shards(k, ds, num_shards: int, watch=None) -> list:
     try:
         # On a timeout the blocked readers are ended too, so nothing is left stuck in Ray.
-        return k.call(k.module("raydata_course.chapters.ch05_split_checks").run_split_readers,
-                      k.student("read_shards"), SPLIT_TIMEOUT_S, ds, num_shards)
+        start = time.perf_counter()
+        shards = k.call(k.module("raydata_course.chapters.ch05_split_checks").run_split_readers,
+                        k.student("read_shards"), SPLIT_TIMEOUT_S, ds, num_shards)
+        took_s = time.perf_counter() - start
+        assert took_s <= SPLIT_TIMEOUT_S + 15, (
+            f"read_shards took {took_s:.0f} s (timed by the grader), more than the {SPLIT_TIMEOUT_S:.0f} s allowed. "
+            "Read the shards of a streaming_split at the same time, one thread per shard.")
+        return shards
     except KernelRaised as exc:
         if exc.is_a("TimeoutError"):
             raise AssertionError(
@@ -211,23 +235,44 @@ def _shard_ids(shards, num_shards: int) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
 
-@judges("read_shards_visible")
+@judges("read_shards_visible", facts=[recomputed("every row of the visible dataset reached exactly one of 2 shards")])
 def visible_read_shards(k):
     train, _ = _digits_split()
     ids = _shard_ids(k.value("shards_c"), 2)
     assert sorted(ids.tolist()) == sorted(train.column("id").to_pylist()), "every row must reach exactly one shard"
 
 
-@judges("read_shards_hidden")
-def check_read_shards(k):
-    """Other row and shard counts: every row reaches exactly one shard, within a time limit.
+#: The title of the actor a streaming_split starts (Ray 2.60: ``SplitCoordinator`` in
+#: ``ray/data/_internal/iterator/stream_split_iterator.py``).
+SPLIT_ACTOR = "ray::SplitCoordinator"
 
-    Trusts a measurement made in the kernel: the time limit (``run_split_readers`` stops the
-    readers there). Cross-checked here: the ids each shard read.
+
+@judges("read_shards_hidden", facts=[
+    recomputed("every row reaches exactly one of 3 shards; every shard gets rows", "the ids each shard read"),
+    observed("the shards come from a streaming_split",
+             "the split's coordinator actor (ray::SplitCoordinator) seen among the sandbox's processes from the host; "
+             "without a sandbox, not checked (reported)"),
+    observed("the read finished within the time limit", "timed by the judge's clock (and stopped in the kernel)"),
+])
+def check_read_shards(k):
+    """Other row and shard counts: every row reaches exactly one shard, within a time limit, from
+    a ``streaming_split``.
+
+    Observed from the host: while ``read_shards`` runs, a new ``ray::SplitCoordinator`` actor
+    (the one each ``streaming_split`` starts) shows among the sandbox's processes; and the read
+    is timed here. The ids each shard read are checked here.
     """
     num_rows, num_blocks, num_shards = 1001, 9, 3
     ds = k.module("ray.data").range(num_rows, override_num_blocks=num_blocks)
-    shards = _read_shards(k, ds, num_shards)
+    watch = k.outside.watch() if k.observable() else None
+    if watch is not None:
+        with watch:
+            shards = _read_shards(k, ds, num_shards)
+        assert watch.pids_titled(SPLIT_ACTOR, new_only=True), (
+            "read_shards did not use ds.streaming_split (the grader saw no split coordinator in Ray while your "
+            "shards were read): split the dataset with streaming_split(num_shards, equal=False).")
+    else:
+        shards = _read_shards(k, ds, num_shards)
     ids = _shard_ids(shards, num_shards)
     assert all(len(s) > 0 for s in shards), "Every shard should have received rows."
     cover = split_checks.row_coverage(ids, num_rows)
@@ -243,8 +288,7 @@ def check_read_shards(k):
 
 def _accuracy(k, model, table: pa.Table, labels: np.ndarray) -> float:
     """The model's test accuracy, scored here: only the features go to the kernel."""
-    assert model.type.is_a("torch.nn.modules.module.Module") or model.type.is_a("Module"), (
-        f"train_model must return a torch.nn.Module, got {model.type.qualname}.")
+    assert k.is_instance(model, "torch.nn.Module"), f"train_model must return a torch.nn.Module, got {model.type.qualname}."
     features, _ = ingest.digits_arrays(table)
     predicted = k.call(k.helper("predict_classes"), model, features)
     assert isinstance(predicted, np.ndarray) and predicted.shape == labels.shape, (
@@ -252,7 +296,8 @@ def _accuracy(k, model, table: pa.Table, labels: np.ndarray) -> float:
     return float((predicted == labels).mean())
 
 
-@judges("train_model_visible")
+@judges("train_model_visible", facts=[
+    recomputed("test accuracy of the notebook's model, scored by the judge from its predictions")])
 def visible_train_model(k):
     _, test = _digits_split()
     acc = _accuracy(k, k.student("model_d"), test, test.column("label").to_numpy())
@@ -262,42 +307,63 @@ def visible_train_model(k):
 def _unseen(table: pa.Table, seed: int = 5) -> pa.Table:
     """``table`` with every image changed a little, so no image is in a table the kernel can read.
 
-    The course's digits are public (the kernel can load them all), so a "model" could look
-    each test image up and answer from the file. Here a tenth of the pixels (at least one per
-    image) move by one grey level (0-16, clipped). On the reference model this leaves test
-    accuracy where it was (97.8 %, 98.1 %, 97.8 % against 97.8 %, 97.8 %, 96.4 % clean, for
-    three seeds of the training loop), and no image matches a public one exactly.
+    A tenth of the pixels (at least one per image) move by one grey level (0-16, clipped). On
+    the reference model this leaves test accuracy where it was (97.8 %, 98.1 %, 97.8 % against
+    97.8 %, 97.8 %, 96.4 % clean, for three seeds of the training loop), and no image matches a
+    public one exactly.
     """
     rng = np.random.default_rng(seed)
-    pixels = np.asarray(table.column("pixels").combine_chunks().flatten()).reshape(-1, 64).astype(np.int64)
+    pixels = _pixels(table)
     moved = np.clip(pixels + (rng.random(pixels.shape) < 0.1) * rng.choice([-1, 1], size=pixels.shape), 0, 16)
     for row in np.flatnonzero((moved == pixels).all(axis=1)):
         col = rng.integers(64)
         moved[row, col] += 1 if moved[row, col] < 16 else -1
-    column = pa.FixedSizeListArray.from_arrays(pa.array(moved.reshape(-1).astype(np.uint8)), 64)
+    return _with_pixels(table, moved)
+
+
+def _pixels(table: pa.Table) -> np.ndarray:
+    return np.asarray(table.column("pixels").combine_chunks().flatten()).reshape(-1, 64).astype(np.int64)
+
+
+def _with_pixels(table: pa.Table, pixels: np.ndarray) -> pa.Table:
+    column = pa.FixedSizeListArray.from_arrays(pa.array(pixels.reshape(-1).astype(np.uint8)), 64)
     return table.set_column(table.column_names.index("pixels"), "pixels", column)
 
 
-@judges("train_model_hidden")
-def check_train_model(k):
-    """Trained on the digits with their classes renamed, the model must reach 90 % on test images
-    it has never seen (:func:`_unseen`): it has to learn from the dataset it is given.
+def _permuted(table: pa.Table, order: np.ndarray) -> pa.Table:
+    """``table`` with each image's 64 pixels put in ``order`` (the same places for every image)."""
+    return _with_pixels(table, _pixels(table)[:, order])
 
-    Trusts the kernel for how the model was trained; the accuracy is scored here, from the
-    predictions alone.
+
+@judges("train_model_hidden", facts=[
+    recomputed("90 % accuracy on held-out images, scored by the judge from the predictions",
+               "test images no table in the kernel holds: pixel positions permuted (a new permutation each run, "
+               "applied to the training data too) and a tenth nudged; labels renamed"),
+])
+def check_train_model(k):
+    """Trained on the digits with their pixels moved and their classes renamed, the model must
+    reach 90 % on test images it has never seen: it has to learn from the dataset it is given.
+
+    The pixel positions are permuted with a permutation drawn for this run (an MLP learns the
+    permuted digits as well as the plain ones: 97.5 %, 97.8 %, 96.7 %, 96.4 % against 97.8 %,
+    97.8 %, 96.7 %, 96.1 % clean, four seeds), and the test images are nudged too
+    (:func:`_unseen`): no test image, and no training image, is in a table the kernel can read,
+    so a "model" that looks images up in the course's public digits answers at chance. The
+    accuracy is scored here, from the predictions alone.
     """
     train, test = _digits_split()
-    test = _unseen(test)
+    order = np.random.default_rng(secrets.randbits(64)).permutation(64)
+    test = _unseen(_permuted(test, order))
     rename = np.array([3, 7, 0, 9, 1, 5, 2, 8, 6, 4], dtype=np.int64)
 
     def renamed(table):
         labels = rename[table.column("label").to_numpy()]
         return table.set_column(table.column_names.index("label"), "label", pa.array(labels))
 
-    ds = k.module("ray.data").from_arrow(renamed(train)).repartition(3).materialize()
+    ds = k.module("ray.data").from_arrow(renamed(_permuted(train, order))).repartition(3).materialize()
     model = k.remote_call("train_model", ds, epochs=10, batch_size=64)
     acc = _accuracy(k, model, test, rename[test.column("label").to_numpy()])
     assert acc >= 0.90, (
-        f"Trained on another labelling of the digits, the model reached {acc:.1%} test accuracy "
-        "(at least 90% is needed). Train on the dataset passed in, for the given epochs."
+        f"Trained on another version of the digits (pixels in other places, classes renamed), the model reached "
+        f"{acc:.1%} test accuracy (at least 90% is needed). Train on the dataset passed in, for the given epochs."
     )

@@ -16,6 +16,12 @@
                           ``--out FILE``
 ``jupyter``               JupyterLab with formgrader (``make jupyter``): ``--port N``,
                           ``--no-browser``, ``--grading DIR``, other ``jupyter lab`` options
+``review [S A]``          list the points held for review in a grading folder (``--out DIR``),
+                          or decide one row: ``STUDENT ASSIGNMENT --accept`` / ``--reject``
+                          (``--note TEXT``); also takes in decisions made in formgrader
+``inventory``             write ``docs/grader/inventory.md``, every grade cell's facts and
+                          where the judge gets them (``--check``: fail if it is stale or a
+                          check names no fact; ``--out FILE``)
 ========================  ===================================================================
 
 Exit status 0 on success, 1 when the job ran and failed (``course``), 2 on bad input, 130 when
@@ -74,7 +80,31 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--no-browser", action="store_true", help="do not open a web browser")
     j.add_argument("--grading", default=None, metavar="DIR",
                    help="show this grading folder (e.g. build/grading from `make grade`) in formgrader")
+    v = sub.add_parser("review", help="list or decide the points held for an instructor's review")
+    v.add_argument("student", nargs="?", help="the row to decide: student id")
+    v.add_argument("assignment", nargs="?", help="the row to decide: assignment id")
+    v.add_argument("--out", default="build/grading", help="grading folder (default: build/grading)")
+    decision = v.add_mutually_exclusive_group()
+    decision.add_argument("--accept", action="store_true", help="give the held points")
+    decision.add_argument("--reject", action="store_true", help="keep the held points at 0")
+    v.add_argument("--note", default="", help="a few words kept in the row's message (who decided, why)")
+    i = sub.add_parser("inventory", help="write the table of every grade cell's facts and where the judge gets them")
+    i.add_argument("--out", type=Path, default=Path("docs/grader/inventory.md"))
+    i.add_argument("--check", action="store_true", help="fail if the table is stale or a check names no fact")
     return parser
+
+
+def _inventory(args) -> int:
+    from raydata_grader.facts import InventoryError, write_inventory
+    from raydata_grader.paths import ASSIGNMENTS, oracles_dir
+
+    try:
+        current = write_inventory(args.out, tuple(ASSIGNMENTS), oracles_dir(), check=args.check)
+    except InventoryError as exc:
+        print(f"[inventory] error: {exc}", file=sys.stderr)
+        return 1
+    print(f"[inventory] {args.out} is " + ("up to date" if current else "written"))
+    return 0
 
 
 def _grade(args) -> int:
@@ -131,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
                               lab=not args.skip_lab)
         if args.command == "bundle":
             return _bundle(args)
+        if args.command == "review":
+            from raydata_grader.review import review_main
+
+            return review_main(args.out, args.student, args.assignment, args.accept, args.reject, args.note)
+        if args.command == "inventory":
+            return _inventory(args)
         from raydata_grader.formgrader import launch
 
         launch(port=args.port, open_browser=not args.no_browser, grading=args.grading, extra_args=rest)

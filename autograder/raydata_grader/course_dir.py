@@ -247,6 +247,9 @@ def autograde(
                          "SandboxedKernelManager.ipc_dir": str(jail.ipc_dir),
                          "SandboxedKernelManager.sandbox_uid": SANDBOX_UID if sandbox.level == "root" else -1}
                 info["cgroup_dirs"] = [str(d) for d in jail.cgroup_dirs]
+                from raydata_grader.outside import SandboxView
+
+                judge.outside = SandboxView(jail.cgroup_dirs)  # what the checks observe from here
                 stack.callback(lambda: info.update(peak_memory_bytes=jail.peak_memory_bytes, oom_kills=jail.oom_kills,
                                                    cgroups=sandbox.cgroups, kernel_cpu_seconds=jail.cpu_seconds))
                 stack.callback(lambda: info.update(leftovers_killed=jail.stop()))

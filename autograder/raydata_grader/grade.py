@@ -33,8 +33,9 @@ inside, or any zip whose single top-level folder is the student id), and:
    ``--ray-address`` (with ``--no-sandbox`` only) connects every kernel to one running
    cluster instead;
 4. **writes** ``DIR/grades.csv`` (student, assignment, score, max_score, status, message),
-   with ``status`` one of ``graded``, ``repaired``, ``timeout``, ``crashed``, ``missing``,
-   ``invalid``. A failure is never a silent 0: the status and message say what happened;
+   with ``status`` one of ``graded``, ``repaired``, ``review`` (points held for the instructor:
+   :mod:`.review`), ``timeout``, ``crashed``, ``missing``, ``invalid``. A failure is never a
+   silent 0: the status and message say what happened;
 5. **writes feedback** per student with nbgrader's ``generate_feedback``
    (``DIR/feedback/<student>/<assignment>/<assignment>.html``), without hidden-test code
    (:class:`~raydata_grader.nbgrader_steps.HideHiddenTests`), with the grader's notes on top; and a short
@@ -77,7 +78,9 @@ from raydata_grader.kit import CourseKit, build_kit, installation_digest
 from raydata_grader.judge import oracle_digests
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook, source_notebook
 from raydata_grader.progress import Progress
+from raydata_grader.forging import find_forging
 from raydata_grader.records import Row, read_rows, save_rows
+from raydata_grader.review import hold_in_gradebook, release_in_gradebook, sync_formgrader
 from raydata_grader.results import Planned, failed_row, merge_result, row_of
 from raydata_grader.scratch import sweep
 from raydata_grader.summary import RunStats, summary_markdown
@@ -229,7 +232,8 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
     if cand.timestamp_text:
         (sub_dir / "timestamp.txt").write_text(cand.timestamp_text + "\n")
     job = GradeJob(student, assignment, data, cand.timestamp_text, limits, installation_digest())
-    return None, Planned(job, note, digest, lint.status, lint.repairs)
+    findings = [f.describe() for f in find_forging(lint.notebook, release_nb)]
+    return None, Planned(job, note, digest, lint.status, lint.repairs, findings)
 
 
 def _duedate(out: Path, assignment: str) -> str | None:
@@ -303,6 +307,8 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
     stale = [a for a in wanted if digests.get(f"{a}.py") != kits[a].oracle_sha256]
     if stale:
         raise IntegrityError(f"the oracles of {stale} changed while the run was starting: grade again")
+    for decided in sync_formgrader(out):  # decisions on held points made in formgrader since the last run
+        log(f"[grade] {decided.student}/{decided.assignment}: reviewed in formgrader, now {decided.status}")
     rows = read_rows(out)
     releases = {a: nbformat.read(release_notebook(a, out), as_version=4) for a in wanted}
     now = lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: E731
@@ -394,8 +400,11 @@ def _grade_jobs(out: Path, planned: list[Planned], kits: dict[str, CourseKit], r
                     row = failed_row(p, result, kit, now())
                 else:
                     try:
+                        earlier = rows.get((job.student, job.assignment))
                         merge_result(out, job, result)
                         row, graded, merged = row_of(p, result, kit, now()), result.graded_by_nbgrader, True
+                        release_in_gradebook(out, earlier)
+                        hold_in_gradebook(out, row)
                     except Exception as exc:  # a result this run cannot take in: that row only, the run goes on
                         row = failed_row(p, exc, kit, now())
                 rows[(job.student, job.assignment)] = row

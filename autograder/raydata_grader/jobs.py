@@ -158,6 +158,9 @@ class JobResult:
         gradebook: the submission's gradebook record, or None when nbgrader did not grade it.
         work: ``{file name: bytes}``: the worker's ``result.json`` and ``progress.json``, and
             the end of its ``autograde.log`` (at most :data:`LOG_TAIL_BYTES`).
+        reported_cells: grade cells whose verdict rests on a fact the kernel reported
+            (:attr:`raydata_grader.judge.Verdict.reported`): their points are held for review
+            when the notebook holds code that could forge one.
     """
 
     student: str
@@ -172,6 +175,7 @@ class JobResult:
     autograded: dict[str, bytes] = field(default_factory=dict)
     gradebook: GradebookRecord | None = None
     work: dict[str, bytes] = field(default_factory=dict)
+    reported_cells: list[str] = field(default_factory=list)
 
     @property
     def graded_by_nbgrader(self) -> bool:
@@ -316,9 +320,11 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
             with open(log_path, "rb") as f:
                 f.seek(max(0, log_path.stat().st_size - LOG_TAIL_BYTES))
                 work_files[log_path.name] = f.read()
+        verdicts = (result or {}).get("verdicts") or {}
+        reported_cells = sorted(str(gid) for gid, v in verdicts.items() if isinstance(v, dict) and v.get("reported"))
         return JobResult(job.student, job.assignment, status, score, {k: list(v) for k, v in cells.items()},
                          messages, round(outcome.wall_s, 1), cpu_seconds(result, outcome), socket.gethostname(), autograded,
-                         record, work_files)
+                         record, work_files, reported_cells)
     except KeyboardInterrupt as exc:  # a cancelled Ray task: run_limited has killed the job's processes
         raise JobStopped(f"{job.student}/{job.assignment} was cancelled") from exc
     finally:

@@ -28,38 +28,79 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from raydata_course.judging.wire import Done, Hello, WireError, recv_message, send_message
+from raydata_grader.facts import rests_on_reported
 from raydata_grader.remote import Kernel, KernelGone, KernelRaised
 
-__all__ = ["Check", "Verdict", "Judge", "judges", "load_checks", "oracle_digests", "active_judge", "judging"]
+if TYPE_CHECKING:
+    from raydata_grader.facts import Fact
+
+__all__ = ["Check", "Note", "measured", "notebook_reported", "Verdict", "Judge", "judges", "load_checks",
+           "oracle_digests", "active_judge", "judging"]
 
 #: A check: a function of the kernel that returns when the cell passes and raises
 #: ``AssertionError`` (with a message for the student) when it does not. It may return a
-#: short note for the student about the pass (a measured margin, say), at most
+#: short :class:`Note` for the student about the pass (a measured margin, say), at most
 #: :data:`NOTE_CHARS` characters are kept; anything else it returns is ignored.
-Check = Callable[[Kernel], "str | None"]
+Check = Callable[[Kernel], "Note | None"]
 
 #: The longest note a passing check's return value may leave under its cell.
 NOTE_CHARS = 400
+
+
+@dataclass(frozen=True)
+class Note:
+    """What a passing check says under its cell, and where its figures come from.
+
+    Attributes:
+        text: the note (at most :data:`NOTE_CHARS` characters are kept).
+        source: ``"observed"`` for figures the judge measured outside the kernel (the
+            feedback says "The grader measured"), ``"reported"`` for the notebook's own
+            figures (it says so), ``""`` for a remark with no figure.
+    """
+
+    text: str
+    source: str = ""
+
+
+def measured(text: str) -> Note:
+    """A note whose figures the judge measured outside the kernel."""
+    return Note(text, "observed")
+
+
+def notebook_reported(text: str) -> Note:
+    """A note whose figures the notebook's own process computed."""
+    return Note(text, "reported")
 
 #: Seconds the judge waits for a new connection's hello.
 HELLO_TIMEOUT_S = 5.0
 
 
-def judges(*grade_ids: str) -> Callable[[Check], Check]:
+def judges(*grade_ids: str, facts: "tuple[Fact, ...] | list[Fact]" = ()) -> Callable[[Check], Check]:
     """Register the decorated function as the check of the grade cells ``grade_ids``.
 
+    Args:
+        grade_ids: the grade cells it decides.
+        facts: what its verdict rests on, and where the judge gets each fact
+            (:func:`~raydata_grader.facts.recomputed`, :func:`~raydata_grader.facts.observed`,
+            :func:`~raydata_grader.facts.reported`): the grader's inventory
+            (``python -m raydata_grader inventory``) lists them, and a check that rests on a
+            reported fact has its points held for review when the notebook holds code that could
+            forge one (:mod:`raydata_grader.review`).
+
     Examples:
-        >>> @judges("part_a_hidden")
+        >>> from raydata_grader.facts import recomputed
+        >>> @judges("part_a_hidden", facts=[recomputed("f(2)")])
         ... def check_part_a(k):
         ...     assert k.call("f", 2) == 4, "f(2) must be 4."
-        >>> check_part_a.__judges__
-        ('part_a_hidden',)
+        >>> check_part_a.__judges__, [f.kind for f in check_part_a.__facts__]
+        (('part_a_hidden',), ['recomputed'])
     """
     def mark(fn: Check) -> Check:
         fn.__judges__ = tuple(grade_ids)
+        fn.__facts__ = tuple(facts)
         return fn
 
     return mark
@@ -115,6 +156,13 @@ class Verdict:
         detail: for the instructor's log only (a check that broke on odd data: its traceback).
         cell_raised: the grade cell itself raised in the kernel (a visible test that failed
             there); the executor sets it, and such a cell scores 0 whatever the verdict.
+        reported: the verdict rests on at least one fact the kernel reported
+            (:func:`raydata_grader.facts.reported`, or an observation the judge could not make
+            here and took from the kernel instead): its points are held when the notebook
+            holds code that could forge one (:mod:`raydata_grader.review`).
+        note_source: where a passing check's note comes from: ``"observed"`` (the grader
+            measured it outside the kernel), ``"reported"`` (the notebook's own figure) or
+            ``""`` (a plain remark).
     """
 
     grade_id: str
@@ -124,11 +172,14 @@ class Verdict:
     requests: int = 0
     detail: str = ""
     cell_raised: bool = False
+    reported: bool = False
+    note_source: str = ""
 
     def to_json(self) -> dict:
         """The verdict as a JSON-ready dict."""
         return {"grade_id": self.grade_id, "passed": self.passed, "message": self.message,
-                "seconds": round(self.seconds, 2), "requests": self.requests, "cell_raised": self.cell_raised}
+                "seconds": round(self.seconds, 2), "requests": self.requests, "cell_raised": self.cell_raised,
+                "reported": self.reported, "note_source": self.note_source}
 
 
 @dataclass
@@ -153,10 +204,13 @@ class Judge:
         socket_path: where to listen (a folder the sandbox mounts read-only; the socket is
             made connectable for the sandbox's user).
         log: where to write one line per verdict (default: nowhere).
+        outside: the kernel's sandbox as the host sees it (:class:`raydata_grader.outside.SandboxView`),
+            handed to every check as ``k.outside``; None where the kernel has no sandbox
+            (checks then take what they would observe from the kernel, and say so).
     """
 
     def __init__(self, checks: dict[str, Check] | Callable[[], dict[str, Check]], socket_path: str | os.PathLike,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, outside=None):
         from concurrent.futures import Future, ThreadPoolExecutor
 
         if callable(checks):
@@ -167,6 +221,7 @@ class Judge:
             self._checks = Future()
             self._checks.set_result(dict(checks))
         self.socket_path = Path(socket_path)
+        self.outside = outside
         self.verdicts: dict[str, Verdict] = {}
         self._log = log or (lambda line: None)
         self._lock = threading.Lock()
@@ -253,15 +308,19 @@ class Judge:
         if conn is None:
             return
         session.heard = True
-        kernel = Kernel(conn, session.deadline)
-        passed, message, detail = False, "", ""
+        kernel = Kernel(conn, session.deadline, outside=self.outside)
+        passed, message, detail, source, reported = False, "", "", "", False
         try:
             check = self.checks.get(session.grade_id)
             if check is None:
                 raise _NoCheck(session.grade_id)
+            reported = rests_on_reported(check)
             note = check(kernel)
             passed = True
-            message = note.strip()[:NOTE_CHARS] if isinstance(note, str) else ""
+            if isinstance(note, Note):
+                message, source = note.text.strip()[:NOTE_CHARS], note.source
+            elif isinstance(note, str):
+                message = note.strip()[:NOTE_CHARS]
         except _NoCheck:
             message = "the grader has no check for this cell (instructor: add one to autograder/oracles/)"
         except AssertionError as exc:
@@ -286,7 +345,8 @@ class Judge:
         with self._lock:
             if not session.abandoned:
                 session.verdict = Verdict(session.grade_id, passed, message, time.monotonic() - session.started,
-                                          kernel.requests, detail)
+                                          kernel.requests, detail, reported=reported or kernel.took_reported,
+                                          note_source=source)
 
 
 class _NoCheck(Exception):

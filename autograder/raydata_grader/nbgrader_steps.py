@@ -40,14 +40,18 @@ from traitlets import Bool, Integer, Unicode
 from raydata_course.layout import PROGRESS_ENV
 
 __all__ = ["TrackedExecute", "StderrToStdout", "LimitOutputSize", "JudgedGrades", "HideHiddenTests", "GraderNotes",
-           "HIDDEN_PASSED", "NOTE_PREFIX"]
+           "HIDDEN_PASSED", "NOTE_PREFIX", "NOTE_PREFIXES"]
 
 #: What a hidden test's source becomes in feedback.
 HIDDEN_PLACEHOLDER = "# Hidden test: the grader ran it outside your kernel, on inputs you have not seen. Its result is below."
 #: The line under a hidden test the judge passed.
 HIDDEN_PASSED = "Hidden test passed.\n"
-#: What starts the line, right after the verdict, that carries a passing check's note.
+#: What starts the line, right after the verdict, that carries a passing check's note whose
+#: figures the judge measured outside the kernel (``Verdict.note_source == "observed"``).
 NOTE_PREFIX = "The grader measured: "
+#: The line's start for each source of a note: a figure the notebook's own process computed
+#: is never said to be the grader's measurement.
+NOTE_PREFIXES = {"observed": NOTE_PREFIX, "reported": "Your notebook reported: ", "": "The grader's note: "}
 #: The grader's line that has the kernel serve one cell's check to the judge.
 JUDGE_LINE = ("import raydata_course.judging.kernel as _raydata_judge; "
               "_raydata_judge.serve({socket!r}, {nonce!r}); del _raydata_judge")
@@ -223,9 +227,9 @@ class TrackedExecute(Execute):
         else:
             if _is_hidden(cell):
                 cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=HIDDEN_PASSED))
-            if verdict.message:  # a passing check's note (a measured margin): the grader's words
-                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout",
-                                                           text=f"{NOTE_PREFIX}{verdict.message}\n"))
+            if verdict.message:  # a passing check's note (a margin), labelled with where its figures come from
+                prefix = NOTE_PREFIXES.get(verdict.note_source, NOTE_PREFIXES[""])
+                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=f"{prefix}{verdict.message}\n"))
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -315,7 +319,8 @@ class JudgedGrades(SaveAutoGrades):
 
 def _is_note(output) -> bool:
     return (output.get("output_type") == "stream" and output.get("name") == "stdout"
-            and str(output.get("text", "")).startswith(NOTE_PREFIX) and len(output.get("text", "")) <= 1000)
+            and str(output.get("text", "")).startswith(tuple(NOTE_PREFIXES.values()))
+            and len(output.get("text", "")) <= 1000)
 
 
 def _verdict_outputs(outputs: list) -> set[int]:

@@ -28,7 +28,7 @@ from raydata_grader.intake import STUDENT_ID
 __all__ = ["STATUSES", "CSV_COLUMNS", "Row", "read_rows", "save_rows", "escape_markdown", "csv_cell"]
 
 #: Every status a row of ``grades.csv`` can have.
-STATUSES = ("graded", "repaired", "timeout", "crashed", "missing", "invalid")
+STATUSES = ("graded", "repaired", "review", "timeout", "crashed", "missing", "invalid")
 CSV_COLUMNS = ("student", "assignment", "score", "max_score", "status", "message")
 
 
@@ -49,6 +49,12 @@ class Row:
         cpu_seconds: CPU time of the autograde (the worker, its kernel and everything they
             waited for), in seconds.
         node: the host name of the machine that graded it.
+        held: ``{grade_id: [points held, max_score]}``: points the judge passed that rest on a
+            fact the kernel reported, held for an instructor's review because the notebook
+            holds code that could forge such a fact (status ``review``; :mod:`raydata_grader.review`).
+            Not in ``score`` until an instructor gives them.
+        findings: the lines of the notebook that could forge a reported fact
+            (:func:`raydata_grader.forging.find_forging`), one each, for the instructor.
     """
 
     student: str
@@ -66,6 +72,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     cpu_seconds: float = 0.0
     node: str = ""
+    held: dict[str, list[float]] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
 
 
 #: Line breaks of any kind, with the blanks around them (a message is written on one line).
@@ -177,9 +185,9 @@ def _row_from_json(path: Path, index: int, item) -> Row:
     for name, value in item.items():
         if name in ("score", "max_score", "seconds", "cpu_seconds"):
             ok = _is_number(value)
-        elif name in ("repairs", "notes"):
+        elif name in ("repairs", "notes", "findings"):
             ok = isinstance(value, list) and all(isinstance(x, str) for x in value)
-        elif name == "cells":
+        elif name in ("cells", "held"):
             ok = isinstance(value, dict) and all(
                 isinstance(v, list) and len(v) == 2 and all(_is_number(x) for x in v) for v in value.values())
         else:

@@ -127,12 +127,46 @@ class Kernel:
     Args:
         conn: the kernel's connection to the judge (a connected Unix socket).
         deadline: ``time.monotonic()`` after which a request fails with :class:`KernelGone`.
+        outside: the kernel's sandbox as the host sees it (:class:`raydata_grader.outside.SandboxView`),
+            or None where the kernel runs without one.
     """
 
-    def __init__(self, conn: socket.socket, deadline: float):
+    def __init__(self, conn: socket.socket, deadline: float, outside=None):
         self._conn, self._deadline, self._next_id = conn, deadline, 0
         #: Requests sent (for the judge's log).
         self.requests = 0
+        #: The sandbox, seen from the host (None without a sandbox).
+        self.outside = outside
+        #: Set by a check that had to take from the kernel a fact it would have observed
+        #: (no sandbox to observe): the verdict then rests on a reported fact.
+        self.took_reported = False
+
+    def observable(self) -> bool:
+        """True when the judge can observe the sandbox from the host; otherwise the check
+        falls back to what the kernel reports, and the verdict counts as resting on it."""
+        if self.outside is not None and self.outside.inside_pid() is not None:
+            return True
+        self.took_reported = True
+        return False
+
+    def timed_call(self, target: "Remote | str", *args: Any, **kwargs: Any) -> tuple["Remote", float]:
+        """``remote_call``, timed here with the judge's own clock: (result kept in the kernel, seconds).
+
+        The time is the whole request, the student's code and the message's way in and out
+        (a few milliseconds), measured outside the kernel.
+        """
+        start = time.perf_counter()
+        result = self.remote_call(target, *args, **kwargs)
+        return result, time.perf_counter() - start
+
+    def is_instance(self, target: "Remote | str", class_path: str) -> bool:
+        """Whether the kernel's object is an instance of the class at ``class_path``
+        (``"ray.data.dataset.MaterializedDataset"``): the class itself, imported in the kernel,
+        is looked for in the object's type's MRO (by identity: a class that only takes the name
+        is not it). A reported fact (:func:`raydata_course.judging.helpers.is_instance`)."""
+        module, _, name = class_path.rpartition(".")
+        remote = target if isinstance(target, Remote) else self.student(target)
+        return bool(self.call(self.helper("is_instance"), remote, module, name))
 
     # -- naming objects in the kernel
     def student(self, name: str) -> Remote:

@@ -7,7 +7,9 @@ time, makes it part of the one grading folder:
 - :func:`merge_result` checks that the result is the job's, writes the autograded notebook into ``autograded/<student>/<id>/`` and
   the worker's files into ``work/<student>/<id>/``, and applies the submission's gradebook
   record to the class's gradebook (:func:`raydata_grader.gradebook.apply_record`);
-- :func:`row_of` makes its row of ``grades.csv`` from the result and what lint found;
+- :func:`row_of` makes its row of ``grades.csv`` from the result and what lint found, holding
+  for review the points that rest on reported facts when the notebook holds code that could
+  forge them (:func:`raydata_grader.review.hold`);
   :func:`failed_row` the row of a job that raised (the grader, or the machine under it,
   failed: such a row keeps no hash, so the next run grades it again).
 
@@ -17,13 +19,14 @@ File names that come back are checked to stay inside their folder.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from raydata_grader.gradebook import apply_record
 from raydata_grader.jobs import GradeJob, JobResult, JobStopped
 from raydata_grader.kit import CourseKit
 from raydata_grader.records import Row
+from raydata_grader.review import hold
 
 __all__ = ["Planned", "merge_result", "row_of", "failed_row"]
 
@@ -38,6 +41,7 @@ class Planned:
         digest: SHA-256 of the submitted file.
         lint_status: ``graded`` (nothing repaired) or ``repaired``.
         repairs: lint's repairs, one sentence each.
+        findings: lines that could forge a reported fact (:mod:`raydata_grader.forging`), one each.
     """
 
     job: GradeJob
@@ -45,6 +49,7 @@ class Planned:
     digest: str
     lint_status: str
     repairs: list[str]
+    findings: list[str] = field(default_factory=list)
 
 
 def _safe_name(name: str) -> bool:
@@ -91,9 +96,12 @@ def row_of(planned: Planned, result: JobResult, kit: CourseKit, graded_at: str) 
     notes = ([planned.note] if planned.note else []) + result.messages
     repaired = [f"{len(planned.repairs)} repair(s): " + "; ".join(planned.repairs)] if planned.repairs else []
     message = "; ".join(([planned.note] if planned.note else []) + repaired + result.messages)
-    return Row(job.student, job.assignment, result.score, kit.max_score, status, message, cells=result.cells,
-               repairs=planned.repairs, submission_sha256=planned.digest, source_sha256=kit.source_sha256,
-               graded_at=graded_at, seconds=result.wall_s, notes=notes, cpu_seconds=result.cpu_s, node=result.node)
+    row = Row(job.student, job.assignment, result.score, kit.max_score, status, message, cells=result.cells,
+              repairs=planned.repairs, submission_sha256=planned.digest, source_sha256=kit.source_sha256,
+              graded_at=graded_at, seconds=result.wall_s, notes=notes, cpu_seconds=result.cpu_s, node=result.node)
+    if status in ("graded", "repaired"):
+        row = hold(row, result.reported_cells, planned.findings)
+    return row
 
 
 def failed_row(planned: Planned, error: BaseException, kit: CourseKit, graded_at: str) -> Row:

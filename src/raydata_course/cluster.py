@@ -39,6 +39,7 @@ __all__ = [
     "ray_processes",
     "setup",
     "shutdown",
+    "restart",
 ]
 
 logger = logging.getLogger(__name__)
@@ -252,6 +253,8 @@ def _check_temp_root(root: str) -> None:
 
 #: tries to start a local cluster when Ray's node start-up times out on a busy machine.
 _START_ATTEMPTS = 3
+#: The arguments of the last :func:`setup` that started a local cluster in this process (for :func:`restart`).
+_LAST_LOCAL_START: dict[str, Any] | None = None
 
 
 def setup(
@@ -352,6 +355,11 @@ def setup(
                     raise
                 ray.shutdown()
         started_here = True
+        global _LAST_LOCAL_START
+        _LAST_LOCAL_START = {"num_cpus": num_cpus, "object_store_memory_bytes": object_store_memory_bytes, "seed": seed,
+                             "temp_root": temp_root, "progress_bars": progress_bars, "system_config": system_config,
+                             "require_num_cpus": require_num_cpus,
+                             "require_object_store_bytes": require_object_store_bytes}
 
     drop_known_noise()  # workers' known-harmless repeated warnings (see _util.KNOWN_NOISE)
     resources = ray.cluster_resources()
@@ -395,6 +403,24 @@ def shutdown() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+def restart() -> CourseSession:
+    """Stop the local cluster :func:`setup` started in this process and start it again, fresh,
+    with the same arguments: an empty object store, new workers (everything the old cluster
+    held is gone, so datasets and object refs made before cannot be used after).
+
+    Returns:
+        The new :class:`CourseSession`.
+
+    Raises:
+        RuntimeError: if :func:`setup` has not started a local cluster in this process (a
+            cluster reached through ``RAY_ADDRESS`` is not this process's to restart).
+    """
+    if _LAST_LOCAL_START is None:
+        raise RuntimeError("setup() has not started a local Ray cluster in this process: nothing to restart.")
+    shutdown()
+    return setup(**_LAST_LOCAL_START)
 
 
 def mentions_folder(cmdline: str, folder: str) -> bool:

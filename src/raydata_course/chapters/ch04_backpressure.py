@@ -167,7 +167,8 @@ class SlowTrainer:
 
     Attributes:
         num_steps: batches received.
-        problems: descriptions of wrong batches (shape, dtype, pixel values), at most 10.
+        problems: descriptions of wrong batches (shape, dtype, pixel values), at most 10
+            (read-only: a copy of the trainer's own record).
 
     Raises:
         ValueError: if a duration is negative.
@@ -193,12 +194,17 @@ class SlowTrainer:
         self.step_s = step_s
         self.first_step_s = first_step_s
         self.num_steps = 0
-        self.problems: list[str] = []
+        self._problems: list[str] = []
         self._ids: list[np.ndarray] = []
 
+    @property
+    def problems(self) -> list[str]:
+        """Descriptions of wrong batches, at most 10 (a copy: what the trainer saw stays as it saw it)."""
+        return list(self._problems)
+
     def _complain(self, message: str) -> None:
-        if len(self.problems) < 10:
-            self.problems.append(f"batch {self.num_steps}: {message}")
+        if len(self._problems) < 10:
+            self._problems.append(f"batch {self.num_steps}: {message}")
 
     def step(self, batch: dict) -> None:
         """Check one NumPy batch (``id`` and ``image`` columns), record its ids, then sleep."""

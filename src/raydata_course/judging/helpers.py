@@ -36,6 +36,7 @@ __all__ = [
     "dataset_from_pandas",
     "getitem",
     "same_object",
+    "is_instance",
     "call_capturing_warnings",
     "compute_strategy_facts",
     "run_with_min_actor_wait",
@@ -47,6 +48,7 @@ __all__ = [
     "predict_classes",
     "best_time_s",
     "vectorized_baseline_s",
+    "vectorized_baseline",
 ]
 
 
@@ -190,6 +192,22 @@ def same_object(a: Any, b: Any) -> bool:
     return a is b
 
 
+def is_instance(obj: Any, module: str, name: str) -> bool:
+    """Whether the class ``module.name`` (imported here) is in the MRO of ``type(obj)``.
+
+    By identity, not by name: a class that only calls itself ``ray.data.collate_fn.CollateFn``
+    (its ``__module__`` and ``__qualname__`` set) is not it, and ``type()`` is asked, not the
+    object's ``__class__``.
+
+    Raises:
+        ImportError, AttributeError: if there is no such class.
+    """
+    import importlib
+
+    cls = getattr(importlib.import_module(module), name)
+    return any(c is cls for c in type.__getattribute__(type(obj), "__mro__"))
+
+
 def best_time_s(fn: Callable, *args: Any, repeats: int = 5) -> float:
     """The fastest of ``repeats`` calls of ``fn(*args)``, in seconds (a measurement the judge trusts)."""
     best = float("inf")
@@ -198,6 +216,21 @@ def best_time_s(fn: Callable, *args: Any, repeats: int = 5) -> float:
         fn(*args)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def vectorized_baseline(batch: dict) -> dict:
+    """One vectorized NumPy operation over a batch: the first two float columns divided, added
+    to a copy of the batch. The judge times calls of it from outside the kernel, as a yardstick
+    for how fast a UDF on this batch can be.
+
+    Raises:
+        ValueError: if the batch has fewer than two float columns.
+    """
+    names = [n for n, v in batch.items() if getattr(v, "dtype", None) is not None and v.dtype.kind == "f"][:2]
+    if len(names) < 2:
+        raise ValueError("vectorized_baseline needs a batch with two float columns")
+    a, b = names
+    return {**batch, "baseline": batch[a] / batch[b]}
 
 
 def vectorized_baseline_s(batch: dict, repeats: int = 5) -> float:
@@ -227,11 +260,20 @@ def call_capturing_warnings(fn: Callable, *args: Any, logger_name: str = "ray.da
 
     handler = _Capture(logging.WARNING)
     logger = logging.getLogger(logger_name)
+    # Whatever the notebook did to logging (a level raised on "ray.data", a logger disabled,
+    # logging.disable), the warnings are recorded while fn runs, then the settings go back.
+    saved = (logger.level, logger.disabled, logging.root.manager.disable)
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False
+    logging.disable(logging.NOTSET)
     logger.addHandler(handler)
     try:
         result = fn(*args, **kwargs)
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.disabled = saved[1]
+        logging.disable(saved[2])
     return {"result": result, "messages": messages}
 
 
