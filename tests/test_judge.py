@@ -392,7 +392,7 @@ def test_a_failure_names_the_input_it_failed_on_but_not_its_values():
     import pyarrow as pa
 
     from raydata_grader.input_shapes import about_input, describe_tables
-    from raydata_grader.judge import _raised_message
+    from raydata_grader.error_text import raised_message as _raised_message
     from raydata_grader.remote import KernelRaised
 
     tables = [pa.table({"id": list(range(26))}), pa.table({"id": list(range(25))})]

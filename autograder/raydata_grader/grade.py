@@ -79,6 +79,7 @@ from raydata_grader.judge import oracle_digests
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook, source_notebook
 from raydata_grader.progress import Progress
 from raydata_grader.forging import find_forging
+from raydata_grader.gradebook import duedate
 from raydata_grader.records import Row, read_rows, save_rows
 from raydata_grader.review import hold_in_gradebook, release_in_gradebook, sync_formgrader
 from raydata_grader.results import Planned, failed_row, merge_result, row_of
@@ -236,18 +237,6 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
     return None, Planned(job, note, digest, lint.status, lint.repairs, findings)
 
 
-def _duedate(out: Path, assignment: str) -> str | None:
-    """The assignment's due date in the class's gradebook (ISO 8601, UTC), or None if none is set."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
-        try:
-            due = gb.find_assignment(assignment).duedate
-        except MissingEntry:
-            return None
-        return due.isoformat() if due is not None else None
-
-
 def _runner(options: GradeOptions, kits: dict[str, CourseKit], support, log):
     from raydata_grader.dispatch import ClusterRunner, LocalRunner, default_jobs
 
@@ -302,7 +291,7 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
         return read_rows(out)
     start = time.monotonic()
     ensure_course(out, wanted)
-    kits = {a: replace(build_kit(out, a), duedate=_duedate(out, a)) for a in wanted}
+    kits = {a: replace(build_kit(out, a), duedate=duedate(out, a)) for a in wanted}
     digests = oracle_digests(oracles_dir())
     stale = [a for a in wanted if digests.get(f"{a}.py") != kits[a].oracle_sha256]
     if stale:
