@@ -6,7 +6,8 @@ Ray's name, a driver-side write with the grader's guard switched off, and a spli
 a ``streaming_split``), each on top of mutants whose lost cells are known. For each row: the
 score is at most the unforged twin's; either the twin's cells are lost exactly (the fact is
 recomputed or observed outside the kernel, so the trick changed nothing) or the row is in
-``review`` with the passed checks that rest on a reported fact held; the lines that forge are
+``review`` with the passed checks that rest on a reported fact held (and, held points aside,
+the twin's cells lost); the lines that forge are
 quoted; and the feedback never says "The grader measured" about a figure the kernel made.
 """
 
@@ -19,7 +20,10 @@ from pathlib import Path
 import pytest
 
 from raydata_course.units import GiB
+from raydata_grader.facts import rests_on_reported
 from raydata_grader.grade import GradeOptions, grade_class
+from raydata_grader.judge import load_checks
+from raydata_grader.paths import oracles_dir
 from raydata_grader.review import decide
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +60,11 @@ def test_no_forgery_scores_above_its_unforged_twin(tmp_path, sandbox_support):
         if row.status != forgery.status:
             problems.append(f"{forgery.student}: {row.status}, expected {forgery.status} ({row.message[:300]})")
         if row.status == "review":
-            if not row.held or not (set(row.held) <= twin_lost):
-                problems.append(f"{forgery.student}: in review holding {sorted(row.held)}, not cells its twin loses")
+            reported_cells = {gid for gid, check in load_checks(forgery.assignment, oracles_dir()).items()
+                              if rests_on_reported(check)}
+            if not row.held or not set(row.held) <= reported_cells:
+                problems.append(f"{forgery.student}: in review holding {sorted(row.held)}, not only cells that rest "
+                                f"on reported facts ({sorted(reported_cells)})")
             if lost - set(row.held) != set(twin_lost) - set(row.held):
                 problems.append(f"{forgery.student}: lost {sorted(lost)} besides what is held, twin {sorted(twin_lost)}")
         elif lost != set(twin_lost):

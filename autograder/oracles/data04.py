@@ -210,8 +210,8 @@ def _check_no_spill(run: dict, what: str) -> None:
     if fallback:
         on_disk += f" and {fallback / MiB:.0f} MiB allocated on disk"
     assert spilled == 0 and fallback == 0, (
-        f"{what}, {on_disk}. A streaming pipeline never needs the whole dataset in memory: do not "
-        "materialize it, and keep the budget small."
+        f"{what}, {on_disk} (as your notebook's own process measured it). A streaming pipeline never needs the "
+        "whole dataset in memory: do not materialize it, and keep the budget small."
     )
 
 
@@ -272,11 +272,12 @@ def _check_peak(run: dict, what: str, peak=None):
     peak = run.get("peak_bytes") if peak is None else peak
     limit = run.get("ray_data_limit_bytes")
     budget = ("Ray Data's executor reported no limit: nothing was streaming under a budget" if limit is None
-              else f"Ray Data's limit was {limit / MiB:.0f} MiB")
+              else f"Ray Data's limit, as the kernel reported it, was {limit / MiB:.0f} MiB")
     assert isinstance(peak, (int, np.integer)) and peak >= IMAGE_BYTES, (
         f"{what}, the measured peak is below one image: the measurement cannot be right.")
+    who = "the grader measured" if observed_peak else "your notebook's own process measured"
     assert peak <= ALLOWANCE_BYTES, (
-        f"{what}, the object store peaked at {peak / MiB:.0f} MiB above its baseline, over the "
+        f"{what}, the object store peaked at {peak / MiB:.0f} MiB above its baseline ({who}), over the "
         f"{ALLOWANCE_BYTES / MiB:.0f} MiB allowance ({budget}). Remember that tasks already running finish "
         "their blocks whatever the budget: make blocks small and leave room between the budget and the allowance."
     )
