@@ -22,11 +22,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from raydata_course.classroom.lint import MAX_JSON_DEPTH, lint_notebook
+from nbgrader.nbgraderformat import MetadataValidator
+from raydata_course.classroom.lint import MAX_JSON_DEPTH, exercise_grade_ids, exercise_of, grade_id, lint_notebook
 from raydata_grader import intake, submission_files
 from raydata_grader.intake import (MAX_NOTEBOOK_BYTES, MAX_ZIP_BYTES, MAX_ZIP_MEMBERS, choose,
                                    collect_submissions)
-from raydata_grader.paths import release_notebook
+from raydata_grader.paths import ASSIGNMENTS, release_notebook
 
 KNOWN = ("data01", "data02")
 NB = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
@@ -241,8 +242,87 @@ def test_lint_survives_random_mutations(release, good):
         result = lint_notebook(raw, release)  # must not raise
         assert result.status in ("graded", "repaired", "invalid")
         assert (result.notebook is None) == (result.status == "invalid")
+        if result.notebook is not None:  # what nbgrader then reads: its own metadata check passes
+            MetadataValidator().validate_nb(result.notebook)
         statuses.add(result.status)
     assert statuses >= {"repaired", "invalid"}
+
+
+#: A cell of the student's own, marked in nbgrader's metadata but without a usable grade_id.
+NO_GRADE_ID = [
+    ("graded, no grade_id", {"grade": True, "solution": False, "locked": False, "points": 5, "schema_version": 3},
+     "as a graded test (grade: true) but has no grade_id"),
+    ("graded, empty grade_id", {"grade": True, "grade_id": "", "solution": False, "locked": False, "points": 5,
+                                "schema_version": 3}, "as a graded test (grade: true) but has no grade_id"),
+    ("answer, no grade_id", {"grade": False, "solution": True, "locked": False, "schema_version": 3},
+     "as an answer cell but has no grade_id"),
+    ("locked, no grade_id", {"grade": False, "solution": False, "locked": True, "schema_version": 3},
+     "as a read-only cell but has no grade_id"),
+    ("empty nbgrader", {}, "nbgrader metadata without a grade_id"),
+]
+
+
+@pytest.mark.parametrize("name,nbg,phrase", NO_GRADE_ID, ids=[n[0] for n in NO_GRADE_ID])
+def test_lint_rejects_nbgrader_marks_without_a_grade_id(release, good, name, nbg, phrase):
+    """nbgrader stops the whole notebook on such a cell ("nbgrader cell does not have a grade_id"):
+    the lint takes the marking off, says so, and the cell runs as the student's own."""
+    cell = {"cell_type": "code", "source": "print('my own test')", "metadata": {"nbgrader": nbg}, "outputs": [],
+            "execution_count": None}
+    result = lint_notebook(_mutated(good, lambda d: d["cells"].insert(4, cell)), release)
+    assert result.status == "repaired" and phrase in result.message, result.message
+    ours = next(c for c in result.notebook.cells if c.source == "print('my own test')")
+    assert "nbgrader" not in ours.metadata
+    MetadataValidator().validate_nb(result.notebook)
+
+
+def test_the_reference_solution_lints_clean_and_its_edits_do_not(release):
+    """solutions/dataNN is nbgrader's source form: no checksum or cell_type in its metadata,
+    hidden-test regions in its test cells. Neither is an edit; an edited copy still is."""
+    from raydata_grader.paths import source_notebook
+
+    for assignment in ASSIGNMENTS:
+        released = nbformat.read(release_notebook(assignment), as_version=4)
+        result = lint_notebook(source_notebook(assignment).read_bytes(), released)
+        assert (result.status, result.repairs) == ("graded", []), (assignment, result.repairs)
+    source = json.loads(source_notebook("data02").read_bytes())
+    hidden = next(c for c in source["cells"] if "BEGIN HIDDEN TESTS" in "".join(c["source"]))
+    hidden["source"] = "assert True\n" + "".join(hidden["source"])
+    answer = next(c for c in source["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
+    answer["metadata"]["nbgrader"]["points"] = 50
+    result = lint_notebook(json.dumps(source).encode(), release)
+    assert result.status == "repaired" and len(result.repairs) == 2, result.repairs
+    assert f"the test cell {hidden['metadata']['nbgrader']['grade_id']!r} was edited" in result.message
+
+
+def test_a_release_copy_keeps_its_checksums_honest(good, release):
+    """In a copy of the release (checksums present), a changed checksum or an added hidden-test
+    region is still an edit: only a cell without the release's keys is read as source form."""
+    def forge(d):
+        d["cells"][4]["metadata"]["nbgrader"]["checksum"] = "0" * 32
+        d["cells"][5]["source"] = "".join(d["cells"][5]["source"]) + "\n### BEGIN HIDDEN TESTS\npass\n### END HIDDEN TESTS"
+    result = lint_notebook(_mutated(good, forge), release)
+    gids = [c["metadata"]["nbgrader"]["grade_id"] for c in good["cells"][4:6]]
+    assert result.status == "repaired" and len(result.repairs) == 2, result.repairs
+    assert f"the nbgrader metadata of {gids[0]!r} was edited" in result.message or gids[0].endswith("_answer")
+    assert f"{gids[1]!r} was edited" in result.message
+
+
+def test_a_notebook_of_another_exercise_is_named_not_repaired(release):
+    exercises = {a: exercise_grade_ids(nbformat.read(release_notebook(a), as_version=4)) for a in ASSIGNMENTS}
+    data01 = nbformat.read(release_notebook("data01"), as_version=4)
+    raw = release_notebook("data02").read_bytes()
+    result = lint_notebook(raw, data01, exercise="data01", exercises=exercises)
+    assert result.status == "invalid" and result.repairs == []
+    assert result.message.startswith("this is data02's notebook, filed under data01"), result.message
+    assert "Submit it as data02 (data02/data02.ipynb)" in result.message
+    assert lint_notebook(raw, release, exercise="data02", exercises=exercises).status == "graded"
+    assert [exercise_of(release_notebook(a).read_bytes(), exercises) for a in ASSIGNMENTS] == list(ASSIGNMENTS)
+    # cells of two exercises, or none of any: no owner, and the lint judges it as before
+    mixed = nbformat.read(release_notebook("data02"), as_version=4)
+    mixed.cells += [c for c in data01.cells if (grade_id(c) or "").startswith("make_blocks")]
+    assert exercise_of(mixed, exercises) is None
+    assert lint_notebook(nbformat.writes(mixed), release, exercise="data02", exercises=exercises).status == "repaired"
+    assert exercise_of(NB, exercises) is None and exercise_of(b"\xff", exercises) is None
 
 
 def test_lint_never_raises_on_random_bytes(release):
