@@ -454,6 +454,18 @@ def test_classify_every_outcome():
     status, score, _, msgs = classify(died, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1016.0), just_started, options)
     assert (status, score) == ("timeout", 0.0) and "cell 'a_answer' ran past the per-cell limit of 15 s" in msgs[0]
     assert "died when it was interrupted" in msgs[0]
+    # a cell that ignores the interrupt at the limit (SIGINT ignored, a loop in C): nbclient waits for
+    # its output, then fails the notebook; the log of such a run (measured on a real one) says so
+    stuck = result(success=False, log="[ERROR] Timeout waiting for execute reply (15s).\n[ERROR] Interrupting "
+                                      "kernel\n...\nCellTimeoutError: ... The message was: Timeout waiting for IOPub output.")
+    status, score, _, msgs = classify(stuck, RunOutcome(0, 80.0, None, GiB, 0, ended_s=1000.0 + 15 + 60),
+                                      just_started, options)
+    assert (status, score) == ("timeout", 0.0) and "ignored the interrupt" in msgs[0], msgs
+    assert "cell 'a_answer' ran past the per-cell limit of 15 s" in msgs[0] and "overloaded" not in msgs[0]
+    # output that stops coming without an interrupt before it: still the machine's load
+    slow = result(success=False, log="Timeout waiting for IOPub output")
+    status, _, _, msgs = classify(slow, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1005.0), just_started, options)
+    assert status == "crashed" and "overloaded" in msgs[0]
     status, score, _, msgs = classify(None, RunOutcome(-9, 100.0, "timeout", GiB, 3), where, options)
     assert (status, score) == ("timeout", 0.0) and "per-notebook limit of 100 s" in msgs[0]
     status, score, _, msgs = classify(None, RunOutcome(-9, 5.0, "memory", 5 * GiB, 3), where, options)
