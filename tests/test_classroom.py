@@ -412,6 +412,68 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     assert (out / "grades.csv").read_text() == before
 
 
+@pytest.mark.slow
+def test_a_cluster_that_refuses_the_token_stops_the_run_in_one_line(tmp_path):
+    """A head started the usual way with token authentication on, and a grader without
+    RAY_AUTH_MODE=token: one line saying what to set, exit 2, in seconds (not ray.init's 20 s of
+    InvalidAuthToken warnings and a traceback). With the token, the same check passes."""
+    import secrets
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+
+    from raydata_course.cluster import ray_processes
+    from support.lab_server import free_port
+
+    os.makedirs(os.environ["RAYDATA_COURSE_TMPDIR"], exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix="auth-", dir=os.environ["RAYDATA_COURSE_TMPDIR"])
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    token_env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    token_env.pop("RAY_ADDRESS", None)
+    head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
+                             f"--temp-dir={temp_dir}", "--num-cpus=0", "--include-dashboard=false",
+                             "--disable-usage-stats"], env=token_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        probe = [sys.executable, "-c", f"from raydata_grader.cluster_auth import check_cluster_auth; "
+                                       f"check_cluster_auth({address!r})"]
+        deadline = time.monotonic() + 120
+        while subprocess.run(probe, env=token_env, capture_output=True).returncode != 0:  # the head is up
+            assert head.poll() is None and time.monotonic() < deadline, "the token-auth head did not start"
+            time.sleep(1)
+        plain_env = {k: v for k, v in token_env.items() if not k.startswith("RAY_AUTH")}
+        (tmp_path / "class" / "amy" / "data01").mkdir(parents=True)  # one notebook to grade: the run reaches Ray
+        shutil.copyfile(release_notebook("data01"), tmp_path / "class" / "amy" / "data01" / "data01.ipynb")
+        start = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "raydata_grader", "grade", str(tmp_path / "class"), "--out",
+                              str(tmp_path / "out"), "--cluster", address], env=plain_env, capture_output=True,
+                             text=True, timeout=120)
+        wall_s = time.monotonic() - start
+        lines = [ln for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
+        assert run.returncode == 2, lines
+        assert "InvalidAuthToken" not in run.stdout + run.stderr and "Traceback" not in run.stderr, lines
+        assert len(lines) == 1 and lines[0].startswith("[grade] error: the Ray cluster at"), lines
+        assert "set RAY_AUTH_MODE=token where you run the grader" in lines[0] and "ray get-auth-token" in lines[0]
+        assert wall_s < 15, f"{wall_s:.0f} s"
+        wrong = subprocess.run(probe, env={**token_env, "RAY_AUTH_TOKEN": "0" * 32}, capture_output=True, text=True)
+        assert "refused the token this process sends (from RAY_AUTH_TOKEN)" in wrong.stderr, wrong.stderr
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while ray_processes(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for proc in ray_processes(temp_dir):
+            os.kill(proc["pid"], signal.SIGKILL)
+
+
 # ----------------------------------------------------------------------- classification
 
 
