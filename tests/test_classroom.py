@@ -38,7 +38,7 @@ from raydata_course.classroom.lint import lint_notebook
 from raydata_course.layout import KERNEL_NAME
 from raydata_course.units import GiB
 from raydata_grader.answers import fill_answers, reference_submission
-from raydata_grader.bundle import PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
+from raydata_grader.bundle import MARKERS, PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
 from raydata_grader.grade import UNSANDBOXED_NOTE, GradeOptions, grade_class
 from raydata_grader.intake import choose, collect_submissions
 from raydata_grader.outcome import classify
@@ -78,10 +78,17 @@ def _submitted(folder: Path, student: str, assignment: str) -> bytes:
 # ------------------------------------------------------------------- lint and repair
 
 
-@pytest.mark.parametrize("case", [c for c in fixtures.CASES if c.status in ("repaired", "invalid")], ids=lambda c: c.student)
+def _exercises():
+    from raydata_course.classroom.lint import exercise_grade_ids
+
+    return {a: exercise_grade_ids(_release(a)) for a in ASSIGNMENTS}
+
+
+@pytest.mark.parametrize("case", [c for c in fixtures.CASES if c.status in ("repaired", "invalid") and c.linted],
+                         ids=lambda c: c.student)
 def test_lint_status_of_each_fixture(fixture_class, case):
     raw = _submitted(fixture_class, case.student, case.assignment)
-    result = lint_notebook(raw, _release(case.assignment))
+    result = lint_notebook(raw, _release(case.assignment), exercise=case.assignment, exercises=_exercises())
     assert result.status == case.status, (result.status, result.message)
     assert case.message in result.message, result.message
     if result.status == "repaired":
@@ -135,9 +142,9 @@ def test_lint_rejects_a_notebook_that_is_not_the_exercise():
 def test_collect_handles_zips_resubmissions_and_empty_folders(fixture_class):
     found, students, empty, notes = collect_submissions(fixture_class, ASSIGNMENTS)
     assert students == {c.student for c in fixtures.CASES}
-    assert len(found[("quinn", "data02")]) == 2 and ("ben", "data02") in found
-    chosen, note = choose(found[("quinn", "data02")])
-    assert chosen.origin.endswith("quinn.zip!data02/data02.ipynb") and "2 submissions found" in note
+    assert len(found[(fixtures.QUINN, "data02")]) == 2 and ("ben", "data02") in found
+    chosen, note = choose(found[(fixtures.QUINN, "data02")])
+    assert chosen.origin.endswith(f"{fixtures.QUINN}.zip!data02/data02.ipynb") and "2 submissions found" in note
     assert chosen.timestamp_text is None, "a zip's dates (and a timestamp.txt inside it) are never passed on"
     assert "2025-03-02 18:30 UTC" in note and "2025-03-01 09:00 UTC" in note, note
     assert empty[("lea", "data02")] == "the data02 folder holds no .ipynb file (only notes.txt)"
@@ -330,15 +337,17 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     # a dead kernel, leftovers) are tests/test_attacks.py's and the fresh-runtime test's below.
     options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True,
                            sandbox=False, ray_address=ray_cluster.address, jobs=1)
-    # cai's cell never returns: graded in a later run with a short per-cell limit (its other
-    # cells take seconds), which keeps everyone else's rows.
-    everyone_else, late_cai = tmp_path / "class", tmp_path / "late" / "cai"
+    # cai's cell never returns, and uma's ignores the interrupt at the limit: graded in a later run
+    # with a short per-cell limit (their other cells take seconds), which keeps everyone else's rows.
+    late = ("cai", "uma")
+    everyone_else = tmp_path / "class"
     shutil.copytree(fixture_class, everyone_else,
-                    ignore=lambda folder, names: {"cai"} if Path(folder) == fixture_class else set())
-    shutil.copytree(fixture_class / "cai", late_cai)
+                    ignore=lambda folder, names: set(late) if Path(folder) == fixture_class else set())
+    for student in late:
+        shutil.copytree(fixture_class / student, tmp_path / "late" / student)
     start = time.monotonic()
     grade_class(everyone_else, out, options)
-    rows = grade_class(late_cai.parent, out, replace(options, cell_timeout_s=30, assignments=fixtures.ASSIGNMENTS))
+    rows = grade_class(tmp_path / "late", out, replace(options, cell_timeout_s=30, assignments=fixtures.ASSIGNMENTS))
     wall_s = time.monotonic() - start
     expected = fixtures.expected_rows()
     graded = [r for r in rows.values() if r.seconds]
@@ -368,8 +377,8 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     assert not problems, "\n".join(problems)
 
     # isolation: ned's ray.shutdown() and oli's os._exit(1) did not reach quinn, graded after them
-    assert rows[("quinn", "data02")].score == rows[("quinn", "data02")].max_score
-    assert rows[("ned", "data02")].status == "graded" and rows[("ned", "data02")].score >= 9
+    assert rows[(fixtures.QUINN, "data02")].score == rows[(fixtures.QUINN, "data02")].max_score
+    assert rows[(fixtures.NED, "data02")].status == "graded" and rows[(fixtures.NED, "data02")].score >= 9
     import ray
 
     assert ray.is_initialized() and ray.cluster_resources().get("CPU") == ray_cluster.num_cpus
@@ -383,11 +392,14 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     # feedback for every row, small, and without hidden tests or oracle code
     secrets = secret_lines(ROOT, include_solutions=False)
     for (student, assignment), row in rows.items():
-        page = out / "feedback" / student / assignment / f"{assignment}.html"
+        page = out / "feedback" / row.key / assignment / f"{assignment}.html"
         assert page.is_file(), page
         text = page.read_text()
         assert len(text) < 2_000_000, f"{page} is {len(text)} characters"
-        assert find_secrets(html_text(text), secrets) == [] and find_secrets(text, {}) == [], page
+        # quinn handed in the reference solution as solutions/ holds it: its answer cells carry
+        # nbgrader's solution markers, her own text; the hidden tests' markers reach no one
+        markers = MARKERS[2:] if student == fixtures.QUINN else MARKERS
+        assert find_secrets(html_text(text), secrets, markers) == [] and find_secrets(text, {}, markers) == [], page
         assert f"Status: {row.status}" in html_text(text)
     fay = html_text((out / "feedback" / "fay" / "data02" / "data02.html").read_text())
     assert "Hidden test: the grader ran it outside your kernel" in fay and "AssertionError" in fay
@@ -397,7 +409,17 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     summary = markdown_rows((out / "summary.md").read_text())
     assert any(r[0] == "data02" for r in summary) and any("phenol_ratio_hidden" in r for r in summary)
     attention = {r[0] for r in summary if len(r) == 5 and r[1] == "data02"}
-    assert {"cai", "ivy", "jon", "kim", "lea", "oli", "pam"} <= attention
+    assert {"cai", "ivy", "jon", "kim", "lea", "oli", "pam", "uma", fixtures.LOOSE} <= attention
+    assert {"carol", "dora", fixtures.HAL} <= {r[0] for r in summary if len(r) == 5 and r[1] == "data01"}
+
+    # names as the class wrote them in the rows, every file under a short key
+    from raydata_grader.student_names import MAX_KEY_CHARS
+
+    assert {fixtures.QUINN, fixtures.HAL, fixtures.NED} <= {r["student"] for r in table}
+    written = [p for folder in ("received", "submitted", "autograded", "work", "feedback", "notes")
+               for p in (out / folder).iterdir()]
+    assert {p.name for p in written if p.parent.name == "autograded"} >= {rows[(fixtures.QUINN, "data02")].key}
+    assert all(len(p.name) <= MAX_KEY_CHARS for p in written), [p.name for p in written if len(p.name) > MAX_KEY_CHARS]
 
     # re-run: nothing is graded again, nothing is duplicated or lost
     before = (out / "grades.csv").read_text()
@@ -406,8 +428,8 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     assert (out / "grades.csv").read_text() == before and time.monotonic() - start < 60
     # a later run with one student only keeps everyone else's grades
     only_hal = tmp_path / "late-hal"
-    (only_hal / "hal").mkdir(parents=True)
-    shutil.copytree(fixture_class / "hal" / "data01", only_hal / "hal" / "data01")
+    (only_hal / fixtures.HAL).mkdir(parents=True)
+    shutil.copytree(fixture_class / fixtures.HAL / "data01", only_hal / fixtures.HAL / "data01")
     grade_class(only_hal, out, options)
     assert (out / "grades.csv").read_text() == before
 
