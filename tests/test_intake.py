@@ -434,7 +434,7 @@ def test_zip_naming_another_student_is_invalid_for_its_file_name(tmp_path):
     _zip(tmp_path / "alice.zip", {"bob/data01/data01.ipynb": b"forged", "bob/data01/timestamp.txt": b"2099-01-01"})
     _zip(tmp_path / "cleo.zip", {"cleo/data01/data01.ipynb": NB})  # her own id as the top folder: stripped
     found, students, empty, _ = _collect(tmp_path)
-    _refused(empty, ("alice", "*"), "the zip's folder 'bob' is not the student name 'alice' of its file name")
+    _refused(empty, ("alice", "*"), "the zip's folder 'bob' is not the student id 'alice' of its file name")
     assert [c.data for c in found[("bob", "data01")]] == [NB], "bob gets only his own folder"
     assert not any(k[0] == "alice" for k in found) and "alice" in students
     assert found[("cleo", "data01")][0].origin.endswith("cleo.zip!cleo/data01/data01.ipynb")

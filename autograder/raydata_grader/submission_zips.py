@@ -136,7 +136,7 @@ def _read_zip(archive: zipfile.ZipFile, path: Path, student: str, when, known, a
         if student_name(top) == student:
             strip = 1
         elif top not in known and any(len(p) > 2 and p[1] in known for _, p in files):  # <someone>/<assignment>/...
-            raise _Refused(f"the zip's folder {_say(top)} is not the student name {_say(student)} of its file name "
+            raise _Refused(f"the zip's folder {_say(top)} is not the student id {_say(student)} of its file name "
                            f"{shown}: a zip is graded as the student it is named after; put your assignment "
                            f"folders (e.g. {known[0] if known else 'data01'}/) at the top of {_say(name)}, or "
                            f"inside one folder named {_say(student)}")
