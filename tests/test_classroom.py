@@ -38,7 +38,7 @@ from raydata_course.classroom.lint import lint_notebook
 from raydata_course.layout import KERNEL_NAME
 from raydata_course.units import GiB
 from raydata_grader.answers import fill_answers, reference_submission
-from raydata_grader.bundle import PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
+from raydata_grader.bundle import MARKERS, PACKAGE, audit_bundle, build_bundle, find_secrets, html_text, secret_lines
 from raydata_grader.grade import UNSANDBOXED_NOTE, GradeOptions, grade_class
 from raydata_grader.intake import choose, collect_submissions
 from raydata_grader.outcome import classify
@@ -78,10 +78,17 @@ def _submitted(folder: Path, student: str, assignment: str) -> bytes:
 # ------------------------------------------------------------------- lint and repair
 
 
-@pytest.mark.parametrize("case", [c for c in fixtures.CASES if c.status in ("repaired", "invalid")], ids=lambda c: c.student)
+def _exercises():
+    from raydata_course.classroom.lint import exercise_grade_ids
+
+    return {a: exercise_grade_ids(_release(a)) for a in ASSIGNMENTS}
+
+
+@pytest.mark.parametrize("case", [c for c in fixtures.CASES if c.status in ("repaired", "invalid") and c.linted],
+                         ids=lambda c: c.student)
 def test_lint_status_of_each_fixture(fixture_class, case):
     raw = _submitted(fixture_class, case.student, case.assignment)
-    result = lint_notebook(raw, _release(case.assignment))
+    result = lint_notebook(raw, _release(case.assignment), exercise=case.assignment, exercises=_exercises())
     assert result.status == case.status, (result.status, result.message)
     assert case.message in result.message, result.message
     if result.status == "repaired":
@@ -135,9 +142,9 @@ def test_lint_rejects_a_notebook_that_is_not_the_exercise():
 def test_collect_handles_zips_resubmissions_and_empty_folders(fixture_class):
     found, students, empty, notes = collect_submissions(fixture_class, ASSIGNMENTS)
     assert students == {c.student for c in fixtures.CASES}
-    assert len(found[("quinn", "data02")]) == 2 and ("ben", "data02") in found
-    chosen, note = choose(found[("quinn", "data02")])
-    assert chosen.origin.endswith("quinn.zip!data02/data02.ipynb") and "2 submissions found" in note
+    assert len(found[(fixtures.QUINN, "data02")]) == 2 and ("ben", "data02") in found
+    chosen, note = choose(found[(fixtures.QUINN, "data02")])
+    assert chosen.origin.endswith(f"{fixtures.QUINN}.zip!data02/data02.ipynb") and "2 submissions found" in note
     assert chosen.timestamp_text is None, "a zip's dates (and a timestamp.txt inside it) are never passed on"
     assert "2025-03-02 18:30 UTC" in note and "2025-03-01 09:00 UTC" in note, note
     assert empty[("lea", "data02")] == "the data02 folder holds no .ipynb file (only notes.txt)"
@@ -330,15 +337,17 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     # a dead kernel, leftovers) are tests/test_attacks.py's and the fresh-runtime test's below.
     options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True,
                            sandbox=False, ray_address=ray_cluster.address, jobs=1)
-    # cai's cell never returns: graded in a later run with a short per-cell limit (its other
-    # cells take seconds), which keeps everyone else's rows.
-    everyone_else, late_cai = tmp_path / "class", tmp_path / "late" / "cai"
+    # cai's cell never returns, and uma's ignores the interrupt at the limit: graded in a later run
+    # with a short per-cell limit (their other cells take seconds), which keeps everyone else's rows.
+    late = ("cai", "uma")
+    everyone_else = tmp_path / "class"
     shutil.copytree(fixture_class, everyone_else,
-                    ignore=lambda folder, names: {"cai"} if Path(folder) == fixture_class else set())
-    shutil.copytree(fixture_class / "cai", late_cai)
+                    ignore=lambda folder, names: set(late) if Path(folder) == fixture_class else set())
+    for student in late:
+        shutil.copytree(fixture_class / student, tmp_path / "late" / student)
     start = time.monotonic()
     grade_class(everyone_else, out, options)
-    rows = grade_class(late_cai.parent, out, replace(options, cell_timeout_s=30, assignments=fixtures.ASSIGNMENTS))
+    rows = grade_class(tmp_path / "late", out, replace(options, cell_timeout_s=30, assignments=fixtures.ASSIGNMENTS))
     wall_s = time.monotonic() - start
     expected = fixtures.expected_rows()
     graded = [r for r in rows.values() if r.seconds]
@@ -368,8 +377,8 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     assert not problems, "\n".join(problems)
 
     # isolation: ned's ray.shutdown() and oli's os._exit(1) did not reach quinn, graded after them
-    assert rows[("quinn", "data02")].score == rows[("quinn", "data02")].max_score
-    assert rows[("ned", "data02")].status == "graded" and rows[("ned", "data02")].score >= 9
+    assert rows[(fixtures.QUINN, "data02")].score == rows[(fixtures.QUINN, "data02")].max_score
+    assert rows[(fixtures.NED, "data02")].status == "graded" and rows[(fixtures.NED, "data02")].score >= 9
     import ray
 
     assert ray.is_initialized() and ray.cluster_resources().get("CPU") == ray_cluster.num_cpus
@@ -383,11 +392,14 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     # feedback for every row, small, and without hidden tests or oracle code
     secrets = secret_lines(ROOT, include_solutions=False)
     for (student, assignment), row in rows.items():
-        page = out / "feedback" / student / assignment / f"{assignment}.html"
+        page = out / "feedback" / row.key / assignment / f"{assignment}.html"
         assert page.is_file(), page
         text = page.read_text()
         assert len(text) < 2_000_000, f"{page} is {len(text)} characters"
-        assert find_secrets(html_text(text), secrets) == [] and find_secrets(text, {}) == [], page
+        # quinn handed in the reference solution as solutions/ holds it: its answer cells carry
+        # nbgrader's solution markers, her own text; the hidden tests' markers reach no one
+        markers = MARKERS[2:] if student == fixtures.QUINN else MARKERS
+        assert find_secrets(html_text(text), secrets, markers) == [] and find_secrets(text, {}, markers) == [], page
         assert f"Status: {row.status}" in html_text(text)
     fay = html_text((out / "feedback" / "fay" / "data02" / "data02.html").read_text())
     assert "Hidden test: the grader ran it outside your kernel" in fay and "AssertionError" in fay
@@ -397,7 +409,17 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     summary = markdown_rows((out / "summary.md").read_text())
     assert any(r[0] == "data02" for r in summary) and any("phenol_ratio_hidden" in r for r in summary)
     attention = {r[0] for r in summary if len(r) == 5 and r[1] == "data02"}
-    assert {"cai", "ivy", "jon", "kim", "lea", "oli", "pam"} <= attention
+    assert {"cai", "ivy", "jon", "kim", "lea", "oli", "pam", "uma", fixtures.LOOSE} <= attention
+    assert {"carol", "dora", fixtures.HAL} <= {r[0] for r in summary if len(r) == 5 and r[1] == "data01"}
+
+    # names as the class wrote them in the rows, every file under a short key
+    from raydata_grader.student_names import MAX_KEY_CHARS
+
+    assert {fixtures.QUINN, fixtures.HAL, fixtures.NED} <= {r["student"] for r in table}
+    written = [p for folder in ("received", "submitted", "autograded", "work", "feedback", "notes")
+               for p in (out / folder).iterdir()]
+    assert {p.name for p in written if p.parent.name == "autograded"} >= {rows[(fixtures.QUINN, "data02")].key}
+    assert all(len(p.name) <= MAX_KEY_CHARS for p in written), [p.name for p in written if len(p.name) > MAX_KEY_CHARS]
 
     # re-run: nothing is graded again, nothing is duplicated or lost
     before = (out / "grades.csv").read_text()
@@ -406,10 +428,72 @@ def test_grade_the_fixture_class(fixture_class, tmp_path, ray_cluster):
     assert (out / "grades.csv").read_text() == before and time.monotonic() - start < 60
     # a later run with one student only keeps everyone else's grades
     only_hal = tmp_path / "late-hal"
-    (only_hal / "hal").mkdir(parents=True)
-    shutil.copytree(fixture_class / "hal" / "data01", only_hal / "hal" / "data01")
+    (only_hal / fixtures.HAL).mkdir(parents=True)
+    shutil.copytree(fixture_class / fixtures.HAL / "data01", only_hal / fixtures.HAL / "data01")
     grade_class(only_hal, out, options)
     assert (out / "grades.csv").read_text() == before
+
+
+@pytest.mark.slow
+def test_a_cluster_that_refuses_the_token_stops_the_run_in_one_line(tmp_path):
+    """A head started the usual way with token authentication on, and a grader without
+    RAY_AUTH_MODE=token: one line saying what to set, exit 2, in seconds (not ray.init's 20 s of
+    InvalidAuthToken warnings and a traceback). With the token, the same check passes."""
+    import secrets
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+
+    from raydata_course.cluster import ray_processes
+    from support.lab_server import free_port
+
+    os.makedirs(os.environ["RAYDATA_COURSE_TMPDIR"], exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix="auth-", dir=os.environ["RAYDATA_COURSE_TMPDIR"])
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    token_env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    token_env.pop("RAY_ADDRESS", None)
+    head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", f"--port={port}",
+                             f"--temp-dir={temp_dir}", "--num-cpus=0", "--include-dashboard=false",
+                             "--disable-usage-stats"], env=token_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        probe = [sys.executable, "-c", f"from raydata_grader.cluster_auth import check_cluster_auth; "
+                                       f"check_cluster_auth({address!r})"]
+        deadline = time.monotonic() + 120
+        while subprocess.run(probe, env=token_env, capture_output=True).returncode != 0:  # the head is up
+            assert head.poll() is None and time.monotonic() < deadline, "the token-auth head did not start"
+            time.sleep(1)
+        plain_env = {k: v for k, v in token_env.items() if not k.startswith("RAY_AUTH")}
+        (tmp_path / "class" / "amy" / "data01").mkdir(parents=True)  # one notebook to grade: the run reaches Ray
+        shutil.copyfile(release_notebook("data01"), tmp_path / "class" / "amy" / "data01" / "data01.ipynb")
+        start = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "raydata_grader", "grade", str(tmp_path / "class"), "--out",
+                              str(tmp_path / "out"), "--cluster", address], env=plain_env, capture_output=True,
+                             text=True, timeout=120)
+        wall_s = time.monotonic() - start
+        lines = [ln for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
+        assert run.returncode == 2, lines
+        assert "InvalidAuthToken" not in run.stdout + run.stderr and "Traceback" not in run.stderr, lines
+        assert len(lines) == 1 and lines[0].startswith("[grade] error: the Ray cluster at"), lines
+        assert "set RAY_AUTH_MODE=token where you run the grader" in lines[0] and "ray get-auth-token" in lines[0]
+        assert wall_s < 15, f"{wall_s:.0f} s"
+        wrong = subprocess.run(probe, env={**token_env, "RAY_AUTH_TOKEN": "0" * 32}, capture_output=True, text=True)
+        assert "refused the token this process sends (from RAY_AUTH_TOKEN)" in wrong.stderr, wrong.stderr
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while ray_processes(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for proc in ray_processes(temp_dir):
+            os.kill(proc["pid"], signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------- classification
@@ -454,6 +538,18 @@ def test_classify_every_outcome():
     status, score, _, msgs = classify(died, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1016.0), just_started, options)
     assert (status, score) == ("timeout", 0.0) and "cell 'a_answer' ran past the per-cell limit of 15 s" in msgs[0]
     assert "died when it was interrupted" in msgs[0]
+    # a cell that ignores the interrupt at the limit (SIGINT ignored, a loop in C): nbclient waits for
+    # its output, then fails the notebook; the log of such a run (measured on a real one) says so
+    stuck = result(success=False, log="[ERROR] Timeout waiting for execute reply (15s).\n[ERROR] Interrupting "
+                                      "kernel\n...\nCellTimeoutError: ... The message was: Timeout waiting for IOPub output.")
+    status, score, _, msgs = classify(stuck, RunOutcome(0, 80.0, None, GiB, 0, ended_s=1000.0 + 15 + 60),
+                                      just_started, options)
+    assert (status, score) == ("timeout", 0.0) and "ignored the interrupt" in msgs[0], msgs
+    assert "cell 'a_answer' ran past the per-cell limit of 15 s" in msgs[0] and "overloaded" not in msgs[0]
+    # output that stops coming without an interrupt before it: still the machine's load
+    slow = result(success=False, log="Timeout waiting for IOPub output")
+    status, _, _, msgs = classify(slow, RunOutcome(0, 30.0, None, GiB, 0, ended_s=1005.0), just_started, options)
+    assert status == "crashed" and "overloaded" in msgs[0]
     status, score, _, msgs = classify(None, RunOutcome(-9, 100.0, "timeout", GiB, 3), where, options)
     assert (status, score) == ("timeout", 0.0) and "per-notebook limit of 100 s" in msgs[0]
     status, score, _, msgs = classify(None, RunOutcome(-9, 5.0, "memory", 5 * GiB, 3), where, options)

@@ -9,10 +9,12 @@ folder are still found. Fast: no Ray, no notebook execution, no nbgrader autogra
 from __future__ import annotations
 
 import copy
+import csv
 import io
 import json
 import os
 import random
+import re
 import stat
 import struct
 import zipfile
@@ -22,11 +24,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from raydata_course.classroom.lint import MAX_JSON_DEPTH, lint_notebook
+from nbgrader.nbgraderformat import MetadataValidator
+from raydata_course.classroom.lint import MAX_JSON_DEPTH, exercise_grade_ids, exercise_of, grade_id, lint_notebook
 from raydata_grader import intake, submission_files
 from raydata_grader.intake import (MAX_NOTEBOOK_BYTES, MAX_ZIP_BYTES, MAX_ZIP_MEMBERS, choose,
                                    collect_submissions)
-from raydata_grader.paths import release_notebook
+from raydata_grader.paths import ASSIGNMENTS, release_notebook
 
 KNOWN = ("data01", "data02")
 NB = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
@@ -241,8 +244,87 @@ def test_lint_survives_random_mutations(release, good):
         result = lint_notebook(raw, release)  # must not raise
         assert result.status in ("graded", "repaired", "invalid")
         assert (result.notebook is None) == (result.status == "invalid")
+        if result.notebook is not None:  # what nbgrader then reads: its own metadata check passes
+            MetadataValidator().validate_nb(result.notebook)
         statuses.add(result.status)
     assert statuses >= {"repaired", "invalid"}
+
+
+#: A cell of the student's own, marked in nbgrader's metadata but without a usable grade_id.
+NO_GRADE_ID = [
+    ("graded, no grade_id", {"grade": True, "solution": False, "locked": False, "points": 5, "schema_version": 3},
+     "as a graded test (grade: true) but has no grade_id"),
+    ("graded, empty grade_id", {"grade": True, "grade_id": "", "solution": False, "locked": False, "points": 5,
+                                "schema_version": 3}, "as a graded test (grade: true) but has no grade_id"),
+    ("answer, no grade_id", {"grade": False, "solution": True, "locked": False, "schema_version": 3},
+     "as an answer cell but has no grade_id"),
+    ("locked, no grade_id", {"grade": False, "solution": False, "locked": True, "schema_version": 3},
+     "as a read-only cell but has no grade_id"),
+    ("empty nbgrader", {}, "nbgrader metadata without a grade_id"),
+]
+
+
+@pytest.mark.parametrize("name,nbg,phrase", NO_GRADE_ID, ids=[n[0] for n in NO_GRADE_ID])
+def test_lint_rejects_nbgrader_marks_without_a_grade_id(release, good, name, nbg, phrase):
+    """nbgrader stops the whole notebook on such a cell ("nbgrader cell does not have a grade_id"):
+    the lint takes the marking off, says so, and the cell runs as the student's own."""
+    cell = {"cell_type": "code", "source": "print('my own test')", "metadata": {"nbgrader": nbg}, "outputs": [],
+            "execution_count": None}
+    result = lint_notebook(_mutated(good, lambda d: d["cells"].insert(4, cell)), release)
+    assert result.status == "repaired" and phrase in result.message, result.message
+    ours = next(c for c in result.notebook.cells if c.source == "print('my own test')")
+    assert "nbgrader" not in ours.metadata
+    MetadataValidator().validate_nb(result.notebook)
+
+
+def test_the_reference_solution_lints_clean_and_its_edits_do_not(release):
+    """solutions/dataNN is nbgrader's source form: no checksum or cell_type in its metadata,
+    hidden-test regions in its test cells. Neither is an edit; an edited copy still is."""
+    from raydata_grader.paths import source_notebook
+
+    for assignment in ASSIGNMENTS:
+        released = nbformat.read(release_notebook(assignment), as_version=4)
+        result = lint_notebook(source_notebook(assignment).read_bytes(), released)
+        assert (result.status, result.repairs) == ("graded", []), (assignment, result.repairs)
+    source = json.loads(source_notebook("data02").read_bytes())
+    hidden = next(c for c in source["cells"] if "BEGIN HIDDEN TESTS" in "".join(c["source"]))
+    hidden["source"] = "assert True\n" + "".join(hidden["source"])
+    answer = next(c for c in source["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
+    answer["metadata"]["nbgrader"]["points"] = 50
+    result = lint_notebook(json.dumps(source).encode(), release)
+    assert result.status == "repaired" and len(result.repairs) == 2, result.repairs
+    assert f"the test cell {hidden['metadata']['nbgrader']['grade_id']!r} was edited" in result.message
+
+
+def test_a_release_copy_keeps_its_checksums_honest(good, release):
+    """In a copy of the release (checksums present), a changed checksum or an added hidden-test
+    region is still an edit: only a cell without the release's keys is read as source form."""
+    def forge(d):
+        d["cells"][4]["metadata"]["nbgrader"]["checksum"] = "0" * 32
+        d["cells"][5]["source"] = "".join(d["cells"][5]["source"]) + "\n### BEGIN HIDDEN TESTS\npass\n### END HIDDEN TESTS"
+    result = lint_notebook(_mutated(good, forge), release)
+    gids = [c["metadata"]["nbgrader"]["grade_id"] for c in good["cells"][4:6]]
+    assert result.status == "repaired" and len(result.repairs) == 2, result.repairs
+    assert f"the nbgrader metadata of {gids[0]!r} was edited" in result.message or gids[0].endswith("_answer")
+    assert f"{gids[1]!r} was edited" in result.message
+
+
+def test_a_notebook_of_another_exercise_is_named_not_repaired(release):
+    exercises = {a: exercise_grade_ids(nbformat.read(release_notebook(a), as_version=4)) for a in ASSIGNMENTS}
+    data01 = nbformat.read(release_notebook("data01"), as_version=4)
+    raw = release_notebook("data02").read_bytes()
+    result = lint_notebook(raw, data01, exercise="data01", exercises=exercises)
+    assert result.status == "invalid" and result.repairs == []
+    assert result.message.startswith("this is data02's notebook, filed under data01"), result.message
+    assert "Submit it as data02 (data02/data02.ipynb)" in result.message
+    assert lint_notebook(raw, release, exercise="data02", exercises=exercises).status == "graded"
+    assert [exercise_of(release_notebook(a).read_bytes(), exercises) for a in ASSIGNMENTS] == list(ASSIGNMENTS)
+    # cells of two exercises, or none of any: no owner, and the lint judges it as before
+    mixed = nbformat.read(release_notebook("data02"), as_version=4)
+    mixed.cells += [c for c in data01.cells if (grade_id(c) or "").startswith("make_blocks")]
+    assert exercise_of(mixed, exercises) is None
+    assert lint_notebook(nbformat.writes(mixed), release, exercise="data02", exercises=exercises).status == "repaired"
+    assert exercise_of(NB, exercises) is None and exercise_of(b"\xff", exercises) is None
 
 
 def test_lint_never_raises_on_random_bytes(release):
@@ -392,11 +474,15 @@ def test_zip_member_symlink_is_refused(tmp_path):
     assert ("gus", "data02") not in found
 
 
-def test_zip_named_after_no_valid_student_is_noted(tmp_path):
+def test_a_zip_is_its_students_whatever_the_name(tmp_path):
     _honest(tmp_path)
     _zip(tmp_path / "my submission!.zip", {"data02/data02.ipynb": NB})
-    found, students, _, notes = _collect(tmp_path)
-    assert students == {"amy", "zed"} and any("not a valid student id" in n for n in notes)
+    _zip(tmp_path / "ann lee.zip", {"ann lee/data01/data01.ipynb": NB})  # her name as the top folder: stripped
+    found, students, empty, notes = _collect(tmp_path)
+    assert students == {"amy", "zed", "my submission!", "ann lee"}, students
+    assert [c.data for c in found[("my submission!", "data02")]] == [NB]
+    assert [c.data for c in found[("ann lee", "data01")]] == [NB] and not dict(empty)
+    assert not any("<student>.zip" in n for n in notes), notes
 
 
 # ------------------------------------------------------------------------------ dates
@@ -587,8 +673,10 @@ def test_non_utf8_names_are_refused_or_noted(tmp_path):
     found, students, empty, notes = _collect(tmp_path)
     _refused(empty, ("eve", "data02"), "not valid text", "rename it data02.ipynb")
     _refused(empty, ("gus", "data02"), "not valid text")
-    assert students == {"amy", "zed", "eve", "gus"}
-    assert sum("not a valid student id" in n for n in notes) == 2
+    # folders and zips whose names are not UTF-8 are students too, named with their bytes escaped
+    assert students == {"amy", "zed", "eve", "gus", "\\xff\\xfe", "\\xe9"}, students
+    assert [c.data for c in found[("\\xe9", "data02")]] == [NB]
+    assert not any(k[0] == "\\xff\\xfe" for k in found) and "\\xff\\xfe" in students
     "\n".join(notes).encode("utf-8")  # every note can be printed
     "\n".join(empty.values()).encode("utf-8")
 
@@ -608,3 +696,229 @@ def _empty_zip(tmp_path: Path) -> Path:
     root.mkdir()
     _zip(root / "eve.zip", {})
     return root
+
+
+# ------------------------------------------------------------------- names and strays
+
+
+def test_every_name_is_kept_and_filed_under_a_short_key(tmp_path):
+    """Spaces, accents, other scripts and ids at the file-name limit are students, each filed under
+    a key that is bounded, safe and their own; one name spelled in NFC and NFD is one student."""
+    from raydata_grader.student_names import MAX_KEY_CHARS, student_key
+
+    _honest(tmp_path)
+    names = ["José García", "李雷 Li", "x" * 255, "ann lee", "ann-lee", "o'brien;rm -rf", "-dash", "Ünïcödé"]
+    for name in names:
+        (tmp_path / name / "data02").mkdir(parents=True)
+        (tmp_path / name / "data02" / "data02.ipynb").write_bytes(NB)
+    nfd = "José García".replace("é", "e\u0301")
+    _zip(tmp_path / f"{nfd}.zip", {"data01/data01.ipynb": NB})
+    found, students, empty, notes = _collect(tmp_path)
+    assert students == {"amy", "zed", *names}, students
+    assert all([c.data for c in found[(n, "data02")]] == [NB] for n in names)
+    assert [c.data for c in found[("José García", "data01")]] == [NB], "the NFD zip is the same student"
+    keys = {n: student_key(n) for n in students}
+    assert len(set(keys.values())) == len(keys), keys
+    assert keys["amy"] == "amy" and keys["ann-lee"] == "ann-lee", "plain ids keep their folders"
+    for name, key in keys.items():
+        assert len(key) <= MAX_KEY_CHARS and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@+~-]*", key), (name, key)
+        assert ("~" in key) != (key == name), "a hashed key is never a plain id, so never another student's"
+    assert keys["José García"].startswith("Jose-Garcia~") and keys["李雷 Li"].startswith("Li~")
+    assert student_key("José García") == keys["José García"], "deterministic"
+
+
+def test_two_names_that_would_share_a_key_are_both_refused(tmp_path, monkeypatch):
+    _honest(tmp_path)
+    for name in ("bea", "bee"):
+        (tmp_path / name / "data02").mkdir(parents=True)
+        (tmp_path / name / "data02" / "data02.ipynb").write_bytes(NB)
+    monkeypatch.setattr(intake, "student_key", lambda name: "b~0" if name.startswith("be") else name)
+    _, _, empty, _ = _collect(tmp_path)
+    _refused(empty, ("bea", "*"), "files this student under 'b~0'", "'bee'")
+    _refused(empty, ("bee", "*"), "'bea'")
+
+
+def test_a_file_directly_in_the_submissions_folder_is_its_own_row(tmp_path):
+    _honest(tmp_path)
+    (tmp_path / "carol.ipynb").write_bytes(NB)
+    os.mkfifo(tmp_path / "pipe")
+    _, students, empty, _ = _collect(tmp_path)
+    assert {"carol.ipynb", "pipe"} <= students
+    _refused(empty, ("carol.ipynb", "*"), "'carol.ipynb' is a file directly in the submissions folder",
+             "put a student's notebook in their folder, e.g. carol/data01/data01.ipynb")
+    _refused(empty, ("pipe", "*"), "directly in the submissions folder")
+
+
+def test_what_is_outside_assignment_folders_is_recorded_as_strays(tmp_path):
+    _honest(tmp_path)
+    (tmp_path / "carol" / "data9").mkdir(parents=True)
+    (tmp_path / "carol" / "data9" / "data01.ipynb").write_bytes(NB)
+    (tmp_path / "carol" / "homework.ipynb").write_bytes(b"hw")
+    (tmp_path / "carol" / "README.md").write_text("hi")
+    (tmp_path / "carol" / "data").mkdir()
+    (tmp_path / "carol" / "data" / "x.csv").write_text("1")
+    _zip(tmp_path / "dan.zip", {"hw/data02.ipynb": NB, "notes.txt": b"n", "data01/data01.ipynb": NB})
+    _zip(tmp_path / "eve.zip", {"data9/data01.ipynb": NB})  # one top folder, a mistyped assignment: not a student's
+    found, _, empty, _ = _collect(tmp_path)
+    strays = {(s.student, s.shown): s for s in empty.strays}
+    carol = strays[("carol", "carol/data9/data01.ipynb")]
+    assert (carol.why, carol.data, carol.named, carol.zip_name) == ("no assignment 'data9'", NB, "data01", None)
+    assert strays[("carol", "carol/homework.ipynb")].data == b"hw"
+    assert strays[("carol", "carol/homework.ipynb")].why == "not in an assignment folder"
+    assert strays[("carol", "carol/README.md")].data is None
+    assert "no notebook in it (it holds 'x.csv')" in strays[("carol", "carol/data/")].why
+    dan = strays[("dan", "dan.zip: hw/data02.ipynb")]
+    assert (dan.why, dan.data, dan.named, dan.zip_name) == ("no assignment 'hw'", NB, "data02", "dan.zip")
+    assert ("dan", "dan.zip: notes.txt") in strays and [c.data for c in found[("dan", "data01")]] == [NB]
+    assert strays[("eve", "eve.zip: data9/data01.ipynb")].data == NB and ("eve", "*") not in empty
+
+
+def test_a_student_folder_with_many_strays_reads_and_lists_only_so_many(tmp_path):
+    _honest(tmp_path)
+    (tmp_path / "fay").mkdir()
+    for i in range(submission_files.MAX_STRAY_NOTEBOOKS + 3):
+        (tmp_path / "fay" / f"nb{i:02}.ipynb").write_bytes(NB)
+    for i in range(submission_files.MAX_STRAYS_LISTED + 5):
+        (tmp_path / "fay" / f"f{i:02}.txt").write_text("x")
+    _, _, empty, _ = _collect(tmp_path)
+    fay = [s for s in empty.strays if s.student == "fay"]
+    assert sum(s.data is not None for s in fay) == submission_files.MAX_STRAY_NOTEBOOKS
+    assert sum(s.shown.endswith(".txt") for s in fay) == submission_files.MAX_STRAYS_LISTED
+    assert any(s.shown == "fay/: 5 more files" for s in fay)
+
+
+def _placed(tmp_path, identify=lambda data: None):
+    from raydata_grader.strays import place_strays
+
+    found, students, empty, _ = collect_submissions(tmp_path, KNOWN)
+    notes, log = place_strays(found, empty, identify, KNOWN)
+    return found, empty, notes, log
+
+
+def test_a_notebook_in_a_mistyped_folder_makes_its_assignment_invalid_and_says_where_it_goes(tmp_path):
+    (tmp_path / "carol" / "data9").mkdir(parents=True)
+    (tmp_path / "carol" / "data9" / "data01.ipynb").write_bytes(NB)
+    _, empty, notes, log = _placed(tmp_path)
+    assert empty[("carol", "data01")] == ("carol/data9/data01.ipynb: no assignment 'data9'; the assignments are "
+                                          "data01, data02: put it in carol/data01/")
+    assert ("carol", "data01") in empty.invalid and ("carol", "*") not in empty and not notes and not log
+
+
+def test_a_stray_is_told_by_its_cells_before_its_name(tmp_path):
+    data02 = release_notebook("data02").read_bytes()
+    (tmp_path / "dan").mkdir()
+    (tmp_path / "dan" / "my work.ipynb").write_bytes(data02)
+    _zip(tmp_path / "eve.zip", {"hw/data01.ipynb": data02})  # named data01, but its cells are data02's
+    exercises = {a: exercise_grade_ids(nbformat.read(release_notebook(a), as_version=4)) for a in KNOWN}
+    _, empty, _, _ = _placed(tmp_path, lambda data: exercise_of(data, exercises))
+    assert empty[("dan", "data02")].endswith("put it in dan/data02/") and ("dan", "data02") in empty.invalid
+    assert empty[("eve", "data02")].endswith("put it in data02/ inside eve.zip"), dict(empty)
+    assert ("eve", "data01") not in empty
+
+
+def test_a_stray_next_to_graded_work_is_noted_on_its_row(tmp_path):
+    for folder in ("data01", "old"):
+        (tmp_path / "gus" / folder).mkdir(parents=True)
+        (tmp_path / "gus" / folder / "data01.ipynb").write_bytes(NB)
+    (tmp_path / "gus" / "README.md").write_text("my notes")
+    found, empty, notes, log = _placed(tmp_path)
+    assert ("gus", "data01") in found and not dict(empty)
+    assert notes[("gus", "data01")] == ["also found gus/old/data01.ipynb (no assignment 'old'), which was not "
+                                        "graded: only the notebook in the data01 folder is"]
+    assert any("gus: not graded: gus/README.md" in line for line in log), log
+
+
+def test_strays_that_name_no_assignment_make_the_students_other_rows_invalid(tmp_path):
+    (tmp_path / "hal").mkdir()
+    (tmp_path / "hal" / "homework.ipynb").write_bytes(NB)
+    (tmp_path / "ida").mkdir()
+    (tmp_path / "ida" / "README.md").write_text("I could not finish")
+    _, empty, _, _ = _placed(tmp_path)
+    hal = _refused(empty, ("hal", "*"), "found hal/homework.ipynb (not in an assignment folder)",
+                   "put each notebook in hal/<assignment>/ (e.g. hal/data01/data01.ipynb)")
+    assert "the assignments are data01, data02" in hal
+    _refused(empty, ("ida", "*"), "found ida/README.md (not a notebook in an assignment folder)")
+
+
+# ------------------------------------------------------------------------ records
+
+
+def _row(student="amy", **fields) -> dict:
+    return {"student": student, "assignment": "data01", "score": 3, "max_score": 12, "status": "graded",
+            "message": "", **fields}
+
+
+def test_poisoned_records_are_set_aside_and_the_good_ones_kept(tmp_path):
+    from raydata_grader.records import load_rows, save_rows
+
+    long_id = "s" * 252  # an earlier grader kept it, then could not write repairs/<id>.md
+    rows = [_row(), _row(long_id), _row("José García"), _row("../x"), _row("a\nb"), _row(7), _row(score="3"),
+            _row(status="hacked"), _row(assignment="../d"), _row(), [1], _row("bo", cells={"c": [1]})]
+    (tmp_path / "grades.json").write_text(json.dumps({"rows": rows}))
+    kept, problems = load_rows(tmp_path)
+    assert set(kept) == {("amy", "data01"), (long_id, "data01"), ("José García", "data01")}
+    assert len(problems) == 9 and all("set aside in grades.rejected.jsonl" in p for p in problems), problems
+    assert "second row for the same student" in problems[6]
+    rejected = [json.loads(line) for line in (tmp_path / "grades.rejected.jsonl").read_text().splitlines()]
+    assert [r["row"] for r in rejected] == [rows[i] for i in (3, 4, 5, 6, 7, 8, 9, 10, 11)]
+    save_rows(tmp_path, kept)  # the long id no longer names a file: its key does
+    logs = sorted(p.name for p in (tmp_path / "repairs").iterdir())
+    assert len(logs) == 3 and all(len(name) <= 84 for name in logs), logs
+    assert load_rows(tmp_path) == (kept, [])
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"[]", b'{"rows": {}}', b"null"])
+def test_a_grades_file_that_is_not_one_is_moved_aside(tmp_path, content):
+    from raydata_grader.records import load_rows
+
+    (tmp_path / "grades.json").write_bytes(content)
+    assert load_rows(tmp_path)[0] == {} and not (tmp_path / "grades.json").exists()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("grades.json.unusable-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == content
+
+
+# ------------------------------------------------------------- a run that grades nothing
+
+
+def test_a_class_with_nothing_to_grade_gets_every_row_and_a_failing_exit(tmp_path, capsys):
+    """No kernel starts: every submission here is decided by the intake or the lint. Each gets its
+    row, under its own name; the run exits 1 and says why; an empty folder exits 2."""
+    from raydata_grader.__main__ import main
+    from raydata_grader.records import load_rows
+
+    subs, out = tmp_path / "class", tmp_path / "grading"
+    (subs / "José García" / "data02").mkdir(parents=True)
+    (subs / "José García" / "data02" / "data02.ipynb").write_bytes(b"not json")
+    (subs / "李雷 Li" / "data01").mkdir(parents=True)
+    (subs / "李雷 Li" / "data01" / "data01.ipynb").write_bytes(release_notebook("data02").read_bytes())
+    (subs / ("x" * 255) / "data9").mkdir(parents=True)
+    (subs / ("x" * 255) / "data9" / "data01.ipynb").write_bytes(b"{}")
+    _zip(subs / "ann lee.zip", {"data02/data02.ipynb": b""})
+    (subs / "zoe.ipynb").write_bytes(NB)
+    out.mkdir()
+    (out / "grades.json").write_text(json.dumps({"rows": [_row("../escape")]}))
+    argv = ["grade", str(subs), "--out", str(out), "--no-sandbox", "--jobs", "1"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("[grade] nothing was graded: none of the submissions of the 5 student(s)"), err
+    rows, problems = load_rows(out)
+    assert problems == [] and ("../escape", "data01") not in rows
+    status = {k: (r.status, r.message) for k, r in rows.items()}
+    assert set(status) == {(s, a) for s in ("José García", "李雷 Li", "x" * 255, "ann lee", "zoe.ipynb")
+                           for a in ("data01", "data02")}
+    assert status[("José García", "data02")][0] == "invalid" and status[("José García", "data01")][0] == "missing"
+    assert status[("李雷 Li", "data01")] == ("invalid", status[("李雷 Li", "data01")][1])
+    assert status[("李雷 Li", "data01")][1].startswith("this is data02's notebook, filed under data01")
+    assert status[("x" * 255, "data01")][1].startswith(f"{'x' * 255}/data9/data01.ipynb: no assignment 'data9'")
+    assert status[("ann lee", "data02")][0] == "invalid" and status[("zoe.ipynb", "data02")][0] == "invalid"
+    with open(out / "grades.csv", newline="") as f:
+        assert {r["student"] for r in csv.DictReader(f)} == {s for s, _ in status}
+    for row in rows.values():
+        assert (out / "feedback" / row.key / row.assignment / f"{row.assignment}.html").is_file()
+        assert row.student in (out / "summary.md").read_text() or len(row.student) > 100
+    assert all(len(p.name) <= 84 for folder in ("received", "notes", "feedback", "repairs")
+               for p in (out / folder).iterdir())
+    assert main(argv) == 1, "a second run over the same class: still nothing graded"
+    (tmp_path / "empty").mkdir()
+    assert main(["grade", str(tmp_path / "empty"), "--out", str(out), "--no-sandbox"]) == 2
+    assert "holds no submission" in capsys.readouterr().err.strip().splitlines()[-1]

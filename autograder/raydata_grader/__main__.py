@@ -24,8 +24,11 @@
                           check names no fact; ``--out FILE``)
 ========================  ===================================================================
 
-Exit status 0 on success, 1 when the job ran and failed (``course``), 2 on bad input, 130 when
-``grade`` was stopped (Ctrl-C, SIGTERM; what it graded so far is kept).
+Exit status 0 on success; 1 when the job ran and failed (``course``), or when ``grade`` graded
+nothing because every submission it found is missing or invalid (the rows say why); 2 on bad
+input (``grade``: a submissions folder that holds no submission, a cluster that refuses this
+process's token, no sandbox); 130 when ``grade`` was stopped (Ctrl-C, SIGTERM; what it graded so
+far is kept). A failure ends with one line saying why.
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def _inventory(args) -> int:
 
 
 def _grade(args) -> int:
-    from raydata_grader.grade import GradeOptions, grade_class
+    from raydata_grader.grade import GradeOptions, NothingGraded, grade_class
 
     def stop(signum, frame):  # SIGTERM unwinds like Ctrl-C, so running jobs are killed, not orphaned
         raise KeyboardInterrupt(f"signal {signum}")
@@ -125,6 +128,9 @@ def _grade(args) -> int:
         print(f"[grade] stopped ({exc or 'Ctrl-C'}): every notebook graded so far is saved in {args.out}; run the same "
               "command again to grade the rest", file=sys.stderr)
         return 130
+    except NothingGraded as exc:
+        print(f"[grade] {exc}", file=sys.stderr)
+        return exc.exit_status
     return 0
 
 

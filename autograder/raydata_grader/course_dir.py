@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import nbformat
 
 from raydata_course._util import temporary_env
 from raydata_course.layout import HEADLESS_ENV
-from raydata_grader.paths import ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook
+from raydata_grader.paths import (ASSIGNMENTS, instructor_root, nbgrader_config_file, oracles_dir, release_notebook,
+                                  source_notebook)
 from raydata_grader.scratch import owned_temp_dir, remove_owned
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "SubmissionScore",
     "autograde",
     "submission_score",
+    "ensure_course",
+    "assignment_duedate",
 ]
 
 
@@ -280,3 +284,44 @@ def submission_score(course_dir: str | os.PathLike, assignment: str, student: st
             g.name: (float(g.score), float(g.max_score)) for nb in sub.notebooks for g in nb.grades
         }
         return SubmissionScore(assignment, student, float(sub.score), float(sub.max_score), cells, True, log)
+
+
+def ensure_course(out: Path, assignments: tuple[str, ...]) -> None:
+    """Make ``out`` an nbgrader course holding the current source and release of ``assignments``
+    (a grading run's folder, :func:`raydata_grader.grade.grade_class`).
+
+    The first run copies ``solutions/<id>/`` and generates the release (which creates the
+    gradebook). Later runs keep the gradebook and regenerate only an assignment whose source
+    changed.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):  # nbgrader runs `alembic` for a new gradebook
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    stale = []
+    for assignment in assignments:
+        src = source_notebook(assignment).parent
+        dst = out / "solutions" / assignment
+        same = dst.is_dir() and all(
+            (dst / p.relative_to(src)).is_file() and (dst / p.relative_to(src)).read_bytes() == p.read_bytes()
+            for p in src.rglob("*") if p.is_file())
+        if not same:
+            if dst.exists():
+                shutil.rmtree(dst)
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        if not same or not release_notebook(assignment, out).is_file() or not (out / "gradebook.db").is_file():
+            stale.append(assignment)
+    if stale:
+        release(tuple(stale), course_dir=out)
+
+
+def assignment_duedate(out: Path, assignment: str) -> str | None:
+    """The assignment's due date in the gradebook of the course folder ``out`` (ISO 8601, UTC), or None if none is set."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        try:
+            due = gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            return None
+        return due.isoformat() if due is not None else None

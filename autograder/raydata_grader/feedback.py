@@ -236,10 +236,12 @@ def feedback_config(out: Path):
 
 
 def write_feedback(out: Path, row: Row, note: str, graded_by_nbgrader: bool) -> Path:
-    """Write ``<out>/feedback/<student>/<assignment>/<assignment>.html`` for ``row``; return it.
+    """Write ``<out>/feedback/<key>/<assignment>/<assignment>.html`` for ``row``; return it.
 
-    Also writes the grader's notes, ``<out>/notes/<student>/<assignment>.md`` (escaped
-    Markdown, the first cell of nbgrader's page).
+    ``<key>`` is the student's folder key (:attr:`~raydata_grader.records.Row.key`), which is
+    also their id in nbgrader's gradebook; the page names the student as ``row.student``. Also
+    writes the grader's notes, ``<out>/notes/<key>/<assignment>.md`` (escaped Markdown, the
+    first cell of nbgrader's page).
 
     Args:
         out: the grading folder (an nbgrader course).
@@ -248,15 +250,15 @@ def write_feedback(out: Path, row: Row, note: str, graded_by_nbgrader: bool) -> 
         graded_by_nbgrader: nbgrader autograded it, so its own feedback page can be made
             (:func:`feedback_config`); if that fails, or for False, a plain page is written instead.
     """
-    target_dir = out / "feedback" / row.student / row.assignment
+    target_dir = out / "feedback" / row.key / row.assignment
     target = target_dir / f"{row.assignment}.html"
-    notes_path = out / "notes" / row.student / f"{row.assignment}.md"
+    notes_path = out / "notes" / row.key / f"{row.assignment}.md"
     notes_path.parent.mkdir(parents=True, exist_ok=True)
     notes_path.write_text(_notes_markdown(row, note))
     if target_dir.exists():
         shutil.rmtree(target_dir)
     if graded_by_nbgrader:
-        result = nbgrader_api(feedback_config(out)).generate_feedback(row.assignment, row.student, force=True)
+        result = nbgrader_api(feedback_config(out)).generate_feedback(row.assignment, row.key, force=True)
         if result.get("success") and target.is_file():
             return target
     target_dir.mkdir(parents=True, exist_ok=True)

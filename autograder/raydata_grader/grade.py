@@ -7,10 +7,12 @@ the notebook) or holding one zip per student (``<student>.zip`` with ``<assignme
 inside, or any zip whose single top-level folder is the student id), and:
 
 1. **collects** every candidate notebook per student and assignment without touching the
-   originals (a verbatim copy goes to ``DIR/received/``). A student who submitted twice is
-   graded on the latest submission (its folder's ``timestamp.txt``, else the file's date on
-   disk; dates inside a zip are ignored). A symlink, an oversized or corrupt file, a zip
-   that names another student: each is ``invalid`` with a reason, and the run goes on;
+   originals (a verbatim copy goes to ``DIR/received/``). Every folder or zip name is a student,
+   kept in the rows; their files go under a short key of it (:mod:`.student_names`). A student
+   who submitted twice is graded on the latest submission (its folder's ``timestamp.txt``, else
+   the file's date on disk; dates inside a zip are ignored). A symlink, an oversized or corrupt
+   file, a zip that names another student, a notebook outside its assignment's folder or of
+   another exercise: each is ``invalid`` with a reason (:mod:`.strays`), and the run goes on;
 2. **lints and repairs** each notebook against the release (:mod:`raydata_course.classroom.lint`) and writes the
    repaired copy to nbgrader's ``DIR/submitted/``; files that are not notebooks are
    ``invalid``, absent ones ``missing``;
@@ -45,11 +47,14 @@ inside, or any zip whose single top-level folder is the student id), and:
    (notebooks per minute, CPU-seconds per notebook). While it grades it shows progress:
    done / total, failures so far and the time left.
 
+A run that grades nothing (no submission, or every one missing or invalid) raises :class:`NothingGraded`.
+
 Re-running is safe. Results live in ``DIR/grades.json``, keyed by student and assignment,
 written after each notebook, so a run that was interrupted, run again, grades only what is
 missing; a submission whose bytes (and whose assignment source) have not changed is not graded again
 (``--force`` re-grades), a student absent from this run keeps the rows of earlier runs, and
-a submission that is missing this time never replaces an earlier grade.
+a submission that is missing this time never replaces an earlier grade. A record the grader
+cannot use is set aside and said (:func:`~raydata_grader.records.load_rows`), never a stop.
 """
 
 from __future__ import annotations
@@ -57,7 +62,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -66,9 +70,10 @@ from pathlib import Path
 import nbformat
 
 from raydata_course.classroom.lint import lint_notebook
+from raydata_course.classroom.reading import exercise_of
 from raydata_course.layout import GRADER_CELL_TIMEOUT_S
 from raydata_course.units import GiB
-from raydata_grader.course_dir import release
+from raydata_grader.course_dir import assignment_duedate, ensure_course
 from raydata_grader.feedback import write_feedback
 from raydata_grader.integrity import IntegrityError, check_integrity
 from raydata_grader.intake import choose, collect_submissions
@@ -76,18 +81,28 @@ from raydata_grader.jobs import (UNSANDBOXED_NOTE, WORKER_ALLOWANCE_BYTES, Grade
                                  NodeMismatch, SandboxUnavailable)
 from raydata_grader.kit import CourseKit, build_kit, installation_digest
 from raydata_grader.judge import oracle_digests
-from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook, source_notebook
+from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook
 from raydata_grader.progress import Progress
 from raydata_grader.forging import find_forging
-from raydata_grader.gradebook import duedate
-from raydata_grader.records import Row, read_rows, save_rows
+from raydata_grader.records import Row, load_rows, read_rows, save_rows  # noqa: F401  (read_rows: this module's interface before load_rows)
 from raydata_grader.review import hold_in_gradebook, release_in_gradebook, sync_formgrader
 from raydata_grader.results import Planned, failed_row, merge_result, row_of
 from raydata_grader.scratch import sweep
+from raydata_grader.strays import course_exercises, place_strays
+from raydata_grader.student_names import student_key
 from raydata_grader.summary import RunStats, summary_markdown
 
 __all__ = ["GradeOptions", "SandboxUnavailable", "NodeMismatch", "UNSANDBOXED_NOTE", "WORKER_ALLOWANCE_BYTES",
-           "ensure_course", "grade_class"]
+           "NothingGraded", "ensure_course", "grade_class"]
+
+
+class NothingGraded(RuntimeError):
+    """The run graded nothing (the message says why). ``exit_status``, the command's: 2 when the
+    folder holds no submission, 1 when every submission found is missing or invalid."""
+
+    def __init__(self, message: str, exit_status: int):
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 @dataclass
@@ -142,34 +157,6 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def ensure_course(out: Path, assignments: tuple[str, ...]) -> None:
-    """Make ``out`` an nbgrader course holding the current source and release of ``assignments``.
-
-    The first run copies ``solutions/<id>/`` and generates the release (which creates the
-    gradebook). Later runs keep the gradebook and regenerate only an assignment whose source
-    changed.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    bin_dir = str(Path(sys.executable).parent)
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):  # nbgrader runs `alembic` for a new gradebook
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    stale = []
-    for assignment in assignments:
-        src = source_notebook(assignment).parent
-        dst = out / "solutions" / assignment
-        same = dst.is_dir() and all(
-            (dst / p.relative_to(src)).is_file() and (dst / p.relative_to(src)).read_bytes() == p.read_bytes()
-            for p in src.rglob("*") if p.is_file())
-        if not same:
-            if dst.exists():
-                shutil.rmtree(dst)
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        if not same or not release_notebook(assignment, out).is_file() or not (out / "gradebook.db").is_file():
-            stale.append(assignment)
-    if stale:
-        release(tuple(stale), course_dir=out)
-
-
 def _sandbox_support(options: GradeOptions, log):
     """Check the run's options; return the sandbox this machine gives its kernels (None: ``--no-sandbox``,
     or a cluster's nodes grade).
@@ -210,21 +197,23 @@ def _sandbox_support(options: GradeOptions, log):
 
 
 def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, limits: JobLimits,
-          graded_at: str) -> tuple[Row | None, Planned | None]:
-    """Keep a verbatim copy of a chosen submission, lint and repair it; return its row (invalid) or its job."""
+          graded_at: str, exercises: dict[str, frozenset[str]] | None = None) -> tuple[Row | None, Planned | None]:
+    """Keep a verbatim copy of a chosen submission, lint and repair it (as a notebook of another of
+    ``exercises``, invalid); return its row (invalid) or its job, filed under the student's key."""
     student, assignment = cand.student, cand.assignment
-    received = out / "received" / student / assignment
+    key = student_key(student)
+    received = out / "received" / key / assignment
     if received.exists():
         shutil.rmtree(received)
     received.mkdir(parents=True)
     (received / Path(cand.origin.split("!")[-1]).name).write_bytes(cand.data)
-    lint = lint_notebook(cand.data, release_nb)
+    lint = lint_notebook(cand.data, release_nb, exercise=assignment, exercises=exercises)
     if lint.status == "invalid":
         notes = ([note] if note else []) + lint.problems
         row = Row(student, assignment, 0.0, kit.max_score, "invalid", "; ".join(notes), repairs=lint.repairs,
                   submission_sha256=digest, source_sha256=kit.source_sha256, graded_at=graded_at, notes=notes)
         return row, None
-    sub_dir = out / "submitted" / student / assignment  # what formgrader shows as the submission
+    sub_dir = out / "submitted" / key / assignment  # what formgrader shows as the submission
     if sub_dir.exists():
         shutil.rmtree(sub_dir)
     sub_dir.mkdir(parents=True)
@@ -232,9 +221,9 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
     (sub_dir / f"{assignment}.ipynb").write_bytes(data)
     if cand.timestamp_text:
         (sub_dir / "timestamp.txt").write_text(cand.timestamp_text + "\n")
-    job = GradeJob(student, assignment, data, cand.timestamp_text, limits, installation_digest())
+    job = GradeJob(key, assignment, data, cand.timestamp_text, limits, installation_digest())
     findings = [f.describe() for f in find_forging(lint.notebook, release_nb)]
-    return None, Planned(job, note, digest, lint.status, lint.repairs, findings)
+    return None, Planned(job, note, digest, lint.status, lint.repairs, student=student, findings=findings)
 
 
 def _runner(options: GradeOptions, kits: dict[str, CourseKit], support, log):
@@ -277,31 +266,42 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
         options = replace(options, cluster=os.environ["RAY_ADDRESS"])
         log(f"[grade] RAY_ADDRESS is set: grading on the Ray cluster at {options.cluster} (unset it to grade here)")
     support = _sandbox_support(options, log)
+    if options.cluster:  # one line on a token the cluster refuses, before ray.init's 20 s of warnings
+        from raydata_grader.cluster_auth import check_cluster_auth
+
+        check_cluster_auth(options.cluster)
     known = tuple(ASSIGNMENTS)
     if options.assignments:
         unknown = sorted(set(options.assignments) - set(known))
         if unknown:
             raise ValueError(f"unknown assignment(s) {unknown}; the course has {list(known)}")
     found, students, empty, notes = collect_submissions(submissions, known)
-    wanted = tuple(options.assignments or sorted({a for _, a in found} | {a for _, a in empty if a != "*"}))
-    for note in notes:
+    exercises = course_exercises(known)
+    stray_notes, stray_log = place_strays(found, empty, lambda data: exercise_of(data, exercises), known)
+    wanted = tuple(options.assignments or sorted({a for _, a in found} | {a for _, a in empty if a != "*"})
+                   or (known if students else ()))  # only whole refused submissions: every assignment's row says so
+    for note in notes + stray_log:
         log(f"[grade] {note}")
-    if not wanted:
-        log(f"[grade] no submissions of {list(known)} under {submissions}")
-        return read_rows(out)
+    if not students:
+        raise NothingGraded(f"nothing was graded: {submissions} holds no submission (a folder per student, "
+                            "<student>/<assignment>/<assignment>.ipynb, or a zip per student, <student>.zip)", 2)
     start = time.monotonic()
     ensure_course(out, wanted)
-    kits = {a: replace(build_kit(out, a), duedate=duedate(out, a)) for a in wanted}
+    kits = {a: replace(build_kit(out, a), duedate=assignment_duedate(out, a)) for a in wanted}
     digests = oracle_digests(oracles_dir())
     stale = [a for a in wanted if digests.get(f"{a}.py") != kits[a].oracle_sha256]
     if stale:
         raise IntegrityError(f"the oracles of {stale} changed while the run was starting: grade again")
+    rows, record_problems = load_rows(out)
+    for problem in record_problems:
+        log(f"[grade] {problem}")
     for decided in sync_formgrader(out):  # decisions on held points made in formgrader since the last run
+        rows[(decided.student, decided.assignment)] = decided
         log(f"[grade] {decided.student}/{decided.assignment}: reviewed in formgrader, now {decided.status}")
-    rows = read_rows(out)
     releases = {a: nbformat.read(release_notebook(a, out), as_version=4) for a in wanted}
     now = lambda: datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: E731
     planned: list[Planned] = []
+    kept = 0
     for assignment in wanted:
         check_integrity(out, assignment, releases[assignment], digests, log)
     for student in sorted(students):
@@ -319,19 +319,21 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
                     continue
                 rows[key] = Row(student, assignment, 0.0, kit.max_score, status, message, graded_at=now(),
                                 notes=[message])
-                (out / "received" / student / assignment).mkdir(parents=True, exist_ok=True)
+                (out / "received" / student_key(student) / assignment).mkdir(parents=True, exist_ok=True)
                 write_feedback(out, rows[key], "", False)
                 log(f"[grade] {student}/{assignment}: {status}: {message}")
                 save_rows(out, rows)
                 continue
             cand, note = choose(cands)
+            note = "; ".join([note] * bool(note) + stray_notes.get(key, []))
             digest = _sha(cand.data)
             if (earlier and not options.force and earlier.submission_sha256 == digest
                     and earlier.source_sha256 == kit.source_sha256):
                 log(f"[grade] {student}/{assignment}: unchanged since {earlier.graded_at}; kept ({earlier.status}, {earlier.score:g})")
+                kept += earlier.status != "invalid"
                 continue
             try:
-                row, job = _plan(out, cand, note, digest, kit, releases[assignment], options.limits, now())
+                row, job = _plan(out, cand, note, digest, kit, releases[assignment], options.limits, now(), exercises)
             except (KeyboardInterrupt, IntegrityError):
                 raise
             except Exception as exc:  # the grader itself failed on this file: say so, and go on
@@ -363,6 +365,10 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
           + (f" ({stats.per_minute:.1f} per minute, {stats.cpu_seconds_per_notebook:.0f} CPU-seconds per notebook)"
              if stats.notebooks else "")
           + f"; grades: {out / 'grades.csv'}; feedback: {out / 'feedback'}; repair logs: {out / 'repairs'}")
+    if not planned and not kept:
+        raise NothingGraded(f"nothing was graded: none of the submissions of the {len(students)} student(s) under "
+                            f"{submissions} could be graded (each is missing or invalid; {out / 'grades.csv'} says "
+                            "why, row by row)", 1)
     return rows
 
 
@@ -389,14 +395,14 @@ def _grade_jobs(out: Path, planned: list[Planned], kits: dict[str, CourseKit], r
                     row = failed_row(p, result, kit, now())
                 else:
                     try:
-                        earlier = rows.get((job.student, job.assignment))
+                        earlier = rows.get((p.student or job.student, job.assignment))
                         merge_result(out, job, result)
                         row, graded, merged = row_of(p, result, kit, now()), result.graded_by_nbgrader, True
                         release_in_gradebook(out, earlier)
                         hold_in_gradebook(out, row)
                     except Exception as exc:  # a result this run cannot take in: that row only, the run goes on
                         row = failed_row(p, exc, kit, now())
-                rows[(job.student, job.assignment)] = row
+                rows[(row.student, row.assignment)] = row
                 try:
                     write_feedback(out, row, "", graded)
                 except Exception as exc:

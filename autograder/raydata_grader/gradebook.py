@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NotebookRecord", "GradebookRecord", "read_record", "apply_record", "duedate"]
+__all__ = ["NotebookRecord", "GradebookRecord", "read_record", "apply_record"]
 
 
 @dataclass(frozen=True)
@@ -133,14 +133,3 @@ def apply_record(course_dir: str | os.PathLike, record: GradebookRecord) -> None
                 gb.find_comment(cell_id, nb.name, record.assignment, record.student).auto_comment = text
         gb.db.commit()
 
-
-def duedate(course_dir: str | os.PathLike, assignment: str) -> str | None:
-    """The assignment's due date in ``<course_dir>/gradebook.db`` (ISO 8601, UTC), or None if none is set."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(_url(course_dir)) as gb:
-        try:
-            due = gb.find_assignment(assignment).duedate
-        except MissingEntry:
-            return None
-        return due.isoformat() if due is not None else None

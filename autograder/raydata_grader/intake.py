@@ -9,12 +9,22 @@ stops the run:
   nbgrader ``timestamp.txt`` next to the notebook, or a flat ``<student>/<assignment>.ipynb``),
   and/or one zip per student. Every candidate notebook is read into memory; the originals are
   only read.
-* **A zip's identity is its file name.** ``<student>.zip`` is student ``<student>`` (the stem
-  must be a :data:`STUDENT_ID`). Inside it, either ``<assignment>/...`` (or
-  ``<assignment>.ipynb``) at the top, or one top folder named like the zip's stem, which is
-  stripped. A single top folder that names anyone else (``alice.zip`` holding
-  ``bob/data01/data01.ipynb``) makes the zip invalid for ``alice``; it never becomes bob's.
-  Members with an absolute path or a ``..`` are skipped with a note.
+* **Every name is a student.** A folder's or zip's name, whatever it holds (spaces, accents,
+  another script, 255 characters, bytes that are not UTF-8), is the student's name
+  (:func:`~raydata_grader.student_names.student_name`); the grader files their work under a
+  short key of it (:func:`~raydata_grader.student_names.student_key`). Two names with one key
+  are both refused. A file directly in the submissions folder is refused as a student of its
+  own name. Only hidden entries (``.DS_Store``) and ``__MACOSX`` are passed over.
+* **Nothing handed in is dropped.** A notebook outside an assignment folder (a mistyped
+  ``data9/``, next to the folders), another folder or file, in a folder or a zip, is recorded
+  as a :class:`Stray` (notebooks read within the same limits), which
+  :func:`raydata_grader.strays.place_strays` turns into rows that say what was found.
+* **A zip's identity is its file name.** ``<student>.zip`` is student ``<student>``. Inside it,
+  either ``<assignment>/...`` (or ``<assignment>.ipynb``) at the top, or one top folder named
+  like the zip's stem, which is stripped. A single top folder that holds another student's
+  assignment folders (``alice.zip`` holding ``bob/data01/data01.ipynb``) makes the zip invalid
+  for ``alice``; it never becomes bob's. Members with an absolute path or a ``..`` are skipped
+  with a note.
 * **Symbolic links are rejected, never followed**: a linked student folder, assignment folder,
   notebook, ``timestamp.txt`` or zip, and zip members that are links (Unix mode ``S_IFLNK`` in
   ``external_attr >> 16``). Decisions use ``lstat`` (``O_NOFOLLOW`` when opening), never a
@@ -40,9 +50,11 @@ Examples:
     >>> (root / "amy" / "data01").mkdir(parents=True)
     >>> _ = (root / "amy" / "data01" / "data01.ipynb").write_text("{}")
     >>> (root / "bob").symlink_to(root / "amy")
+    >>> (root / "José García" / "data01").mkdir(parents=True)
+    >>> _ = (root / "José García" / "data01" / "data01.ipynb").write_text("{}")
     >>> found, students, empty, notes = collect_submissions(root, ("data01",))
     >>> sorted(found), sorted(students)
-    ([('amy', 'data01')], ['amy', 'bob'])
+    ([('José García', 'data01'), ('amy', 'data01')], ['José García', 'amy', 'bob'])
     >>> empty[("bob", "*")].startswith("the folder 'bob' is a symbolic link")
     True
     >>> scratch.cleanup()
@@ -51,7 +63,6 @@ Examples:
 from __future__ import annotations
 
 import os
-import re
 import stat
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,23 +74,29 @@ from raydata_grader.submission_files import (  # noqa: F401  (the limits are par
     MAX_ZIP_RATIO,
     MAX_ZIP_UNPACKED_BYTES,
     Candidate,
+    Stray,
     Unusable,
     MAX_FOLDER_DEPTH,
     MAX_FOLDER_ENTRIES,
     MAX_NOTEBOOKS_PER_ASSIGNMENT,
+    MAX_STRAY_NOTEBOOKS,
+    MAX_STRAYS_LISTED,
     MAX_TIMESTAMP_BYTES,
     _AGAIN,
     _Refused,
     _entries,
+    _StrayReader,
+    _walk,
     _mtime,
     _parse_timestamp,
     _read_file,
     _readable_name,
     _say,
-    _scan_zip,
     _skip,
     _why,
 )
+from raydata_grader.student_names import PLAIN_ID, student_key, student_name
+from raydata_grader.submission_zips import scan_zip
 
 __all__ = [
     "STUDENT_ID",
@@ -89,13 +106,15 @@ __all__ = [
     "MAX_ZIP_MEMBERS",
     "MAX_ZIP_RATIO",
     "Candidate",
+    "Stray",
     "Unusable",
     "collect_submissions",
     "choose",
 ]
 
-#: What a student id may look like (it names folders and files of the grading run).
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
+#: A plain id (ASCII letters, digits, ``_.@+-``): an assignment id, and a student name that is its
+#: own folder key (:mod:`raydata_grader.student_names`). Any other student name is kept too.
+STUDENT_ID = PLAIN_ID
 
 
 def collect_submissions(folder: str | os.PathLike, known: tuple[str, ...]) -> tuple[
@@ -150,45 +169,50 @@ def collect_submissions(folder: str | os.PathLike, known: tuple[str, ...]) -> tu
         name = entry.name
         if _skip(name):
             continue
-        is_zip = name.lower().endswith(".zip")
-        student = name[:-4] if is_zip else name
-        known_id = _readable_name(student) and bool(STUDENT_ID.match(student))
+        is_zip = name.lower().endswith(".zip") and len(name) > 4
+        student = student_name(name[:-4] if is_zip else name)
         try:
             st = os.lstat(entry.path)
             if stat.S_ISLNK(st.st_mode):
                 what = "zip file" if is_zip else "folder"
-                if known_id:
-                    refuse(student, "*", f"the {what} {_say(name)} is a symbolic link, which the grader does not "
-                                         f"follow: submit the {what} itself, not a link to it")
-                else:
-                    notes.append(f"skipped {_say(name)}: a symbolic link (never followed)")
+                refuse(student, "*", f"the {what} {_say(name)} is a symbolic link, which the grader does not "
+                                     f"follow: submit the {what} itself, not a link to it")
             elif stat.S_ISDIR(st.st_mode) and not is_zip:
-                if not known_id:
-                    notes.append(f"skipped folder {_say(name)}: not a valid student id")
-                    continue
                 students.add(student)
                 _scan_student(Path(entry.path), student, known, add, refuse, empty, notes)
             elif is_zip:
-                if not known_id:
-                    notes.append(f"skipped {_say(name)}: {_say(student)} is not a valid student id "
-                                 "(a zip must be named <student>.zip)")
-                    continue
                 students.add(student)
-                _scan_zip(Path(entry.path), student, known, add, refuse, empty, notes)
+                scan_zip(Path(entry.path), student, known, add, refuse, empty, notes)
             else:
-                notes.append(f"skipped {_say(name)}: neither a student folder nor a .zip")
+                refuse(student, "*", _loose_file(name, known))
         except _Refused as exc:
-            if known_id:
-                refuse(student, "*", exc.args[0])
-            else:
-                notes.append(f"skipped {_say(name)}: {exc.args[0]}")
+            refuse(student, "*", exc.args[0])
         except Exception as exc:  # anything else about this one entry: refuse it, go on
-            reason = f"{_say(name)} could not be read ({_why(exc)}): {_AGAIN}"
-            if known_id:
-                refuse(student, "*", reason)
-            else:
-                notes.append(f"skipped {reason}")
+            refuse(student, "*", f"{_say(name)} could not be read ({_why(exc)}): {_AGAIN}")
+    _refuse_shared_keys(students, refuse)
     return found, students, empty, notes
+
+
+def _loose_file(name: str, known) -> str:
+    """Why a file directly in the submissions folder is not graded, and what to do."""
+    first = known[0] if known else "data01"
+    example = f", e.g. {student_name(name[:-6])[:40]}/{first}/{first}.ipynb" if name.endswith(".ipynb") else ""
+    return (f"{_say(name)} is a file directly in the submissions folder, where the grader reads one folder "
+            f"per student (<student>/<assignment>/<assignment>.ipynb) or one zip (<student>.zip): put a "
+            f"student's notebook in their folder{example}")
+
+
+def _refuse_shared_keys(students: set[str], refuse) -> None:
+    """Refuse every student whose folder key (:func:`student_key`) another name also has: their
+    files would land in one folder. With 64 bits of SHA-256 in a key, a class never meets one."""
+    owners: dict[str, list[str]] = {}
+    for student in sorted(students):
+        owners.setdefault(student_key(student), []).append(student)
+    for key, names in owners.items():
+        if len(names) > 1:
+            for student in names:
+                refuse(student, "*", f"the grader files this student under {key!r}, and so it would "
+                                     f"{', '.join(_say(n, 40) for n in names if n != student)}: rename one folder")
 
 
 def _scan_student(folder: Path, student: str, known, add, refuse, empty: Unusable, notes: list[str]) -> None:
@@ -196,6 +220,7 @@ def _scan_student(folder: Path, student: str, known, add, refuse, empty: Unusabl
         subs = _entries(folder)
     except OSError as exc:
         raise _Refused(f"the folder {_say(student)} could not be listed ({_why(exc)}): {_AGAIN}") from None
+    strays = _StrayReader(student, known, empty)
     for sub in subs:
         if _skip(sub.name):
             continue
@@ -214,14 +239,22 @@ def _scan_student(folder: Path, student: str, known, add, refuse, empty: Unusabl
                                    f"does not follow: submit the folder itself, not a link to it")
                 if stat.S_ISDIR(st.st_mode):
                     _scan_assignment(Path(sub.path), student, assignment, add, empty, notes)
+                else:
+                    strays.other(shown, f"a file named like the {assignment} folder")
             elif stat.S_ISLNK(st.st_mode):
                 notes.append(f"{student}: skipped {_say(sub.name)} (a symbolic link, never followed)")
             elif stat.S_ISDIR(st.st_mode):
-                notes.append(f"{student}: skipped folder {_say(sub.name)} (not a course assignment)")
+                notes.append(f"{student}: {_say(sub.name)} is not a course assignment; looking for notebooks in it")
+                strays.folder(Path(sub.path), shown, sub.name)
+            elif sub.name.endswith(".ipynb"):
+                strays.notebook(Path(sub.path), shown, "not in an assignment folder")
+            else:
+                strays.other(shown, "not a notebook in an assignment folder")
         except _Refused as exc:
             refuse(student, assignment or "*", exc.args[0])
         except Exception as exc:
             refuse(student, assignment or "*", f"{_say(shown)} could not be read ({_why(exc)}): {_AGAIN}")
+    strays.close()
 
 
 def _scan_assignment(folder: Path, student: str, assignment: str, add, empty: Unusable, notes: list[str]) -> None:
@@ -248,42 +281,9 @@ def _scan_assignment(folder: Path, student: str, assignment: str, add, empty: Un
             elif len(text) <= 100 and text.isprintable():
                 stamp_text = text
 
-    notebooks: list[tuple[str, str]] = []  # (path, shown)
-    bad_names: list[str] = []
-    held: list[str] = []
-    walked = 0
-    stack = [(folder, base, 0)]
-    while stack:
-        here, shown_here, depth = stack.pop()
-        try:
-            subs = _entries(here)
-        except OSError as exc:
-            raise _Refused(f"the folder {_say(shown_here)} could not be listed ({_why(exc)}): {_AGAIN}") from None
-        for sub in subs:
-            walked += 1
-            if walked > MAX_FOLDER_ENTRIES:
-                raise _Refused(f"the {assignment} folder holds more than {MAX_FOLDER_ENTRIES:,} files and folders: "
-                               f"submit only your notebook ({assignment}/{assignment}.ipynb)")
-            if depth == 0:
-                held.append(sub.name)
-            if _skip(sub.name):
-                continue
-            shown = f"{shown_here}/{sub.name}"
-            if sub.is_symlink():
-                if sub.name.endswith(".ipynb") or sub.name == "timestamp.txt":
-                    raise _Refused(f"{_say(shown)} is a symbolic link, which the grader does not follow: put the "
-                                   f"file itself there (a copy, not a link) and {_AGAIN}")
-                notes.append(f"{student}: skipped {_say(shown)} (a symbolic link, never followed)")
-            elif sub.is_dir(follow_symlinks=False):
-                if depth + 1 >= MAX_FOLDER_DEPTH:
-                    raise _Refused(f"the {assignment} folder nests folders more than {MAX_FOLDER_DEPTH} deep: "
-                                   f"submit only your notebook ({assignment}/{assignment}.ipynb)")
-                stack.append((Path(sub.path), shown, depth + 1))
-            elif sub.name.endswith(".ipynb"):
-                if not _readable_name(sub.name):
-                    bad_names.append(shown)
-                else:
-                    notebooks.append((sub.path, shown))
+    linked: list[str] = []
+    notebooks, held, bad_names = _walk(folder, base, assignment, f"{assignment}/{assignment}.ipynb", linked)
+    notes.extend(f"{student}: skipped {_say(shown)} (a symbolic link, never followed)" for shown in linked)
     if bad_names:
         raise _Refused(f"{_say(bad_names[0])} has a file name that is not valid text (undecodable bytes or control "
                        f"characters): rename it {assignment}.ipynb and {_AGAIN}")

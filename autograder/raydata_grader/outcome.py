@@ -3,7 +3,8 @@
 :func:`classify` reads the worker's result file, the sandbox's :class:`~.sandbox.RunOutcome`
 and the executor's progress record, and decides: ``graded``, ``timeout`` or ``crashed``, the
 score and per-cell scores, and one sentence per thing that went wrong. A failure is never a
-silent 0.
+silent 0. A cell that ignored the interrupt at the per-cell limit (and so was stopped with its
+kernel) is a ``timeout`` that says so, never blamed on the machine's load.
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _ignored_interrupt(log: str, outcome, progress: dict | None, options) -> bool:
+    """Whether the autograde failed because the running cell ignored the interrupt at the per-cell limit.
+
+    nbclient interrupts a cell at the limit ("Timeout waiting for execute reply", "Interrupting
+    kernel") and then waits ``iopub_timeout`` for the cell to end; a kernel still running
+    then fails the notebook with "Timeout waiting for IOPub output". The cell was interrupted
+    when the log says so after the cell started, and it had run for at least the limit.
+    """
+    if "Interrupting kernel" not in log:
+        return False
+    started_s = (progress or {}).get("started_s")
+    ended_s = outcome.ended_s or time.time()
+    return bool(started_s) and ended_s - started_s >= options.cell_timeout_s
 
 
 def classify(result: dict | None, outcome, progress: dict | None, options,
@@ -77,6 +93,12 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
                     "kernel down): nothing after it ran, nothing was graded"]
             why = (f"the kernel died while running {_where(progress)} (os._exit(), sys.exit() in a subprocess, a crash in "
                    "native code, or running out of memory): nothing after it ran, nothing was graded")
+        elif "Timeout waiting for IOPub output" in log and _ignored_interrupt(log, outcome, progress, options):
+            return "timeout", 0.0, {}, [
+                f"{_where(progress)} ran past the per-cell limit of {options.cell_timeout_s} s and ignored the "
+                f"interrupt the grader sent it then (code that catches or ignores KeyboardInterrupt or SIGINT, "
+                f"or a loop in native code that never returns to Python): after {IOPUB_TIMEOUT_S} s more the "
+                "kernel was stopped. Nothing after it ran, nothing was graded"]
         elif "Timeout waiting for IOPub output" in log:
             why = (f"the kernel stopped sending output for {IOPUB_TIMEOUT_S} s while running {_where(progress)}, "
                    "usually because the grading machine was overloaded: grade it again with --force")

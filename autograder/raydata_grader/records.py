@@ -7,7 +7,8 @@ and one repair log per student (``repairs/<student>.md``). Files are replaced at
 Much of a row's text comes from a submission (the messages its code raised, what lint found
 in it), so every file written from rows treats it as hostile: ``grades.csv`` guards against
 formula injection (:func:`csv_cell`), markdown gets :func:`escape_markdown`, and
-:func:`read_rows` refuses a ``grades.json`` whose shape is not the one :func:`save_rows` writes.
+:func:`read_rows` refuses a ``grades.json`` whose shape is not the one :func:`save_rows` writes;
+:func:`load_rows`, which a grading run uses, sets such a file or row aside and says so.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raydata_grader.intake import STUDENT_ID
+from raydata_grader.student_names import PLAIN_ID, name_problem, student_key
 
-__all__ = ["STATUSES", "CSV_COLUMNS", "Row", "read_rows", "save_rows", "escape_markdown", "csv_cell"]
+__all__ = ["STATUSES", "CSV_COLUMNS", "Row", "read_rows", "load_rows", "save_rows", "escape_markdown", "csv_cell"]
 
 #: Every status a row of ``grades.csv`` can have.
 STATUSES = ("graded", "repaired", "review", "timeout", "crashed", "missing", "invalid")
@@ -74,6 +75,12 @@ class Row:
     node: str = ""
     held: dict[str, list[float]] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """The folder key of the row's student, which names every file of theirs the grader writes
+        (:func:`raydata_grader.student_names.student_key`)."""
+        return student_key(self.student)
 
 
 #: Line breaks of any kind, with the blanks around them (a message is written on one line).
@@ -169,17 +176,20 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _row_from_json(path: Path, index: int, item) -> Row:
-    """One row of ``grades.json``, checked field by field; raises ``ValueError`` (:func:`_bad`)."""
-    where = f"row {index}"
+#: Longest assignment id a record may hold.
+MAX_ASSIGNMENT_CHARS = 64
+
+
+def _row_problem(item) -> str | None:
+    """What is wrong with ``item`` as a row of ``grades.json`` (None: nothing)."""
     if not isinstance(item, dict):
-        raise _bad(path, f"{where} is a {type(item).__name__}, not an object")
+        return f"it is a {type(item).__name__}, not an object"
     fields = {f.name: f for f in dataclasses.fields(Row)}
-    unknown = sorted(str(k) for k in item if k not in fields)
+    unknown = sorted(str(k)[:40] for k in item if k not in fields)
     required = [n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [n for n in required if n not in item]
     if unknown or missing:
-        raise _bad(path, f"{where} has unknown field(s) {unknown} or lacks {missing}")
+        return f"it has unknown field(s) {unknown} or lacks {missing}"
     kinds = {"student": str, "assignment": str, "status": str, "message": str, "submission_sha256": str,
              "source_sha256": str, "graded_at": str, "node": str}
     for name, value in item.items():
@@ -193,12 +203,22 @@ def _row_from_json(path: Path, index: int, item) -> Row:
         else:
             ok = isinstance(value, kinds.get(name, str))
         if not ok:
-            raise _bad(path, f"{where} has a {name} of the wrong type or shape ({str(value)[:80]!r})")
-    for name in ("student", "assignment"):
-        if not STUDENT_ID.match(item[name]):
-            raise _bad(path, f"{where} has {name} {item[name][:80]!r}, which is not a valid id")
+            return f"it has a {name} of the wrong type or shape ({str(value)[:80]!r})"
+    why = name_problem(item["student"])
+    if why:
+        return f"it has student {item['student'][:80]!r}, which is not a student's name: {why}"
+    if not PLAIN_ID.match(item["assignment"]) or len(item["assignment"]) > MAX_ASSIGNMENT_CHARS:
+        return f"it has assignment {item['assignment'][:80]!r}, which is not a valid id"
     if item["status"] not in STATUSES:
-        raise _bad(path, f"{where} has status {item['status'][:80]!r}, not one of {list(STATUSES)}")
+        return f"it has status {item['status'][:80]!r}, not one of {list(STATUSES)}"
+    return None
+
+
+def _row_from_json(path: Path, index: int, item) -> Row:
+    """One row of ``grades.json``, checked field by field; raises ``ValueError`` (:func:`_bad`)."""
+    why = _row_problem(item)
+    if why:
+        raise _bad(path, f"row {index}: {why}")
     return Row(**item)
 
 
@@ -224,6 +244,65 @@ def read_rows(out: str | os.PathLike) -> dict[tuple[str, str], Row]:
     return {(r.student, r.assignment): r for r in rows}
 
 
+def load_rows(out: str | os.PathLike) -> tuple[dict[tuple[str, str], Row], list[str]]:
+    """The rows of ``<out>/grades.json`` that this grader can use, and a line for each it set aside.
+
+    Unlike :func:`read_rows`, a record the grader cannot use never stops a run: a file that is
+    not JSON in the shape :func:`save_rows` writes is renamed ``grades.json.unusable-<UTC
+    time>`` and the run starts from no rows; a row that is not one (a name that cannot be a
+    student's, a field of the wrong type, an unknown status, a second row for one student and
+    assignment) is appended, with why, to ``grades.rejected.jsonl`` and left out. Either way the
+    submissions concerned are graded anew, and the next :func:`save_rows` writes only good rows.
+
+    Returns:
+        ``(rows, problems)``: the rows by ``(student, assignment)``; one line per file or row
+        set aside, saying where it went.
+
+    Raises:
+        OSError: if ``grades.json`` exists but cannot be read or moved aside.
+    """
+    folder = Path(out)
+    path = folder / "grades.json"
+    if not path.is_file():
+        return {}, []
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+        shape_ok = isinstance(data, dict) and isinstance(data.get("rows", []), list)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        data, shape_ok = None, False
+    if not shape_ok:
+        aside = folder / f"grades.json.unusable-{_stamp()}"
+        os.replace(path, aside)
+        return {}, [f"{path} is not a grades file this grader wrote (not JSON, or not {{\"rows\": [...]}}): moved to "
+                    f"{aside.name}; every submission is graded anew"]
+    rows: dict[tuple[str, str], Row] = {}
+    problems: list[str] = []
+    rejected: list[dict] = []
+    for index, item in enumerate(data.get("rows", [])):
+        why = _row_problem(item)
+        if why is None and (item["student"], item["assignment"]) in rows:
+            why = "it is a second row for the same student and assignment"
+        if why:
+            rejected.append({"set_aside": _stamp(), "row": item, "why": why})
+            problems.append(f"grades.json row {index} was set aside in grades.rejected.jsonl ({why[:200]}); "
+                            "its submission is graded anew")
+            continue
+        row = Row(**item)
+        rows[(row.student, row.assignment)] = row
+    if rejected:
+        with open(folder / "grades.rejected.jsonl", "a") as f:
+            for entry in rejected:
+                f.write(json.dumps(entry, ensure_ascii=True) + "\n")
+    return rows, problems
+
+
+def _stamp() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
 def save_rows(out: Path, rows: dict[tuple[str, str], Row]) -> None:
     """Write ``grades.json``, ``grades.csv`` and the repair logs of ``rows`` into ``out``.
 
@@ -247,13 +326,13 @@ def save_rows(out: Path, rows: dict[tuple[str, str], Row]) -> None:
     os.replace(out / "grades.csv.tmp", out / "grades.csv")
     repairs_dir = out / "repairs"
     repairs_dir.mkdir(exist_ok=True)
-    by_student: dict[str, list[Row]] = {}
+    by_key: dict[str, list[Row]] = {}
     for r in ordered:
-        by_student.setdefault(r.student, []).append(r)
-    for student, student_rows in by_student.items():
-        lines = [f"# Repair log: {escape_markdown(student)}", ""]
+        by_key.setdefault(r.key, []).append(r)
+    for key, student_rows in by_key.items():
+        lines = [f"# Repair log: {escape_markdown(student_rows[0].student)}", ""]
         for r in student_rows:
             lines.append(f"## {escape_markdown(r.assignment)}: {escape_markdown(r.status)}")
             lines += [f"- {escape_markdown(x)}" for x in r.repairs] or ["- no repairs"]
             lines.append("")
-        (repairs_dir / f"{student}.md").write_text("\n".join(lines))
+        (repairs_dir / f"{key}.md").write_text("\n".join(lines))

@@ -4,8 +4,8 @@ The grading run (:mod:`raydata_grader.grade`) takes each :class:`~raydata_grader
 as it comes, from whichever machine graded it, and here, in the run's own process and one at a
 time, makes it part of the one grading folder:
 
-- :func:`merge_result` checks that the result is the job's, writes the autograded notebook into ``autograded/<student>/<id>/`` and
-  the worker's files into ``work/<student>/<id>/``, and applies the submission's gradebook
+- :func:`merge_result` checks that the result is the job's, writes the autograded notebook into ``autograded/<key>/<id>/`` and
+  the worker's files into ``work/<key>/<id>/`` (``<key>``: the job's student, the student's folder key), and applies the submission's gradebook
   record to the class's gradebook (:func:`raydata_grader.gradebook.apply_record`);
 - :func:`row_of` makes its row of ``grades.csv`` from the result and what lint found, holding
   for review the points that rest on reported facts when the notebook holds code that could
@@ -41,6 +41,8 @@ class Planned:
         digest: SHA-256 of the submitted file.
         lint_status: ``graded`` (nothing repaired) or ``repaired``.
         repairs: lint's repairs, one sentence each.
+        student: the student's name for the row, when the job's ``student`` is their folder
+            key (:mod:`raydata_grader.student_names`); empty: the job's.
         findings: lines that could forge a reported fact (:mod:`raydata_grader.forging`), one each.
     """
 
@@ -49,6 +51,7 @@ class Planned:
     digest: str
     lint_status: str
     repairs: list[str]
+    student: str = ""
     findings: list[str] = field(default_factory=list)
 
 
@@ -96,9 +99,10 @@ def row_of(planned: Planned, result: JobResult, kit: CourseKit, graded_at: str) 
     notes = ([planned.note] if planned.note else []) + result.messages
     repaired = [f"{len(planned.repairs)} repair(s): " + "; ".join(planned.repairs)] if planned.repairs else []
     message = "; ".join(([planned.note] if planned.note else []) + repaired + result.messages)
-    row = Row(job.student, job.assignment, result.score, kit.max_score, status, message, cells=result.cells,
-              repairs=planned.repairs, submission_sha256=planned.digest, source_sha256=kit.source_sha256,
-              graded_at=graded_at, seconds=result.wall_s, notes=notes, cpu_seconds=result.cpu_s, node=result.node)
+    row = Row(planned.student or job.student, job.assignment, result.score, kit.max_score, status, message,
+              cells=result.cells, repairs=planned.repairs, submission_sha256=planned.digest,
+              source_sha256=kit.source_sha256, graded_at=graded_at, seconds=result.wall_s, notes=notes,
+              cpu_seconds=result.cpu_s, node=result.node)
     if status in ("graded", "repaired"):
         row = hold(row, result.reported_cells, planned.findings)
     return row
@@ -115,5 +119,5 @@ def failed_row(planned: Planned, error: BaseException, kit: CourseKit, graded_at
     else:
         why = (f"the grader failed on this submission ({type(error).__name__}: {str(error)[:200]}); the run went on. "
                "Instructor: report this with the submitted file (kept in received/)")
-    return Row(job.student, job.assignment, 0.0, kit.max_score, "crashed", why,  # no hash: retried next run
+    return Row(planned.student or job.student, job.assignment, 0.0, kit.max_score, "crashed", why,  # no hash: retried
                source_sha256=kit.source_sha256, graded_at=graded_at, notes=[why])

@@ -26,7 +26,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from raydata_grader.records import Row, read_rows, save_rows
+from raydata_grader.records import Row, load_rows, save_rows
 
 __all__ = ["hold", "hold_in_gradebook", "release_in_gradebook", "decide", "sync_formgrader", "pending",
            "review_main"]
@@ -75,7 +75,7 @@ def hold_in_gradebook(out: str | os.PathLike, row: Row) -> None:
 
     with Gradebook(_url(out)) as gb:
         for gid in row.held:
-            grade = gb.find_grade(gid, row.assignment, row.assignment, row.student)
+            grade = gb.find_grade(gid, row.assignment, row.assignment, row.key)
             grade.manual_score = 0.0
             grade.needs_manual_grade = True
         gb.db.commit()
@@ -94,7 +94,7 @@ def release_in_gradebook(out: str | os.PathLike, earlier: Row | None) -> None:
     with Gradebook(_url(out)) as gb:
         for gid in earlier.held:
             try:
-                grade = gb.find_grade(gid, earlier.assignment, earlier.assignment, earlier.student)
+                grade = gb.find_grade(gid, earlier.assignment, earlier.assignment, earlier.key)
             except MissingEntry:
                 continue
             if grade.needs_manual_grade and grade.manual_score == 0:
@@ -112,7 +112,7 @@ def decide(out: str | os.PathLike, student: str, assignment: str, accept: bool, 
 
     Args:
         out: the grading folder.
-        student, assignment: the row.
+        student, assignment: the row (the student's name as in ``grades.csv``).
         accept: give the held points (True) or keep them at 0 (False).
         note: a few words for the row's message (who decided, why).
 
@@ -126,7 +126,7 @@ def decide(out: str | os.PathLike, student: str, assignment: str, accept: bool, 
     from nbgrader.api import Gradebook
 
     out = Path(out)
-    rows = read_rows(out)
+    rows, _ = load_rows(out)
     row = rows.get((student, assignment))
     if row is None:
         raise KeyError(f"no row for {student}/{assignment} in {out / 'grades.json'}")
@@ -134,7 +134,7 @@ def decide(out: str | os.PathLike, student: str, assignment: str, accept: bool, 
         raise ValueError(f"{student}/{assignment} is {row.status}, not in review: nothing is held")
     with Gradebook(_url(out)) as gb:
         for gid in row.held:
-            grade = gb.find_grade(gid, assignment, assignment, student)
+            grade = gb.find_grade(gid, assignment, assignment, row.key)
             grade.manual_score = None if accept else 0.0
             grade.needs_manual_grade = False
         gb.db.commit()
@@ -153,7 +153,7 @@ def decide(out: str | os.PathLike, student: str, assignment: str, accept: bool, 
 def _rewrite_feedback(out: Path, row: Row) -> None:
     from raydata_grader.feedback import write_feedback
 
-    graded = (out / "autograded" / row.student / row.assignment).is_dir()
+    graded = (out / "autograded" / row.key / row.assignment).is_dir()
     try:
         write_feedback(out, row, "", graded)
     except Exception as exc:  # noqa: BLE001 - the decision is recorded; say what failed
@@ -172,7 +172,7 @@ def sync_formgrader(out: str | os.PathLike) -> list[Row]:
     out = Path(out)
     if not (out / "gradebook.db").is_file() or not (out / "grades.json").is_file():
         return []
-    rows = read_rows(out)
+    rows, _ = load_rows(out)
     decided = []
     with Gradebook(_url(out)) as gb:
         for key, row in sorted(rows.items()):
@@ -181,7 +181,7 @@ def sync_formgrader(out: str | os.PathLike) -> list[Row]:
             scores = {}
             try:
                 for gid in row.held:
-                    grade = gb.find_grade(gid, row.assignment, row.assignment, row.student)
+                    grade = gb.find_grade(gid, row.assignment, row.assignment, row.key)
                     if grade.needs_manual_grade:
                         break
                     scores[gid] = float(grade.score)
@@ -203,7 +203,7 @@ def sync_formgrader(out: str | os.PathLike) -> list[Row]:
 
 def pending(out: str | os.PathLike) -> list[Row]:
     """Rows still in review, by student and assignment."""
-    return [r for _, r in sorted(read_rows(out).items()) if r.status == "review"]
+    return [r for _, r in sorted(load_rows(out)[0].items()) if r.status == "review"]
 
 
 def review_main(out: str, student: str | None, assignment: str | None, accept: bool, reject: bool, note: str) -> int:

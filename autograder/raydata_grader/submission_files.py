@@ -4,18 +4,17 @@ Every name, size, date and byte here comes from a student, so nothing is trusted
 opened without following links (``O_NOFOLLOW``) and checked with ``fstat`` before it is read;
 no read takes more than its limit + 1 bytes, whatever a header says; a zip's central
 directory is checked (members, sizes, compression ratios, methods) before anything in it is
-unpacked. What cannot be used raises :class:`_Refused` with a reason for the student, which
-:mod:`raydata_grader.intake` turns into an ``invalid`` row. The limits are this module's
-constants, with their units in their names. A notebook found becomes a :class:`Candidate`;
-what cannot be graded, an entry of :class:`Unusable`.
+unpacked (:mod:`raydata_grader.submission_zips`). What cannot be used raises :class:`_Refused`
+with a reason for the student, which :mod:`raydata_grader.intake` turns into an ``invalid``
+row. The limits are this module's constants, with their units in their names. A notebook
+found becomes a :class:`Candidate`; what cannot be graded, an entry of :class:`Unusable`; what
+was handed in outside an assignment's folder, a :class:`Stray`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
-import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +23,7 @@ from raydata_course.units import MiB
 
 __all__ = [
     "Candidate",
+    "Stray",
     "Unusable",
     "MAX_NOTEBOOK_BYTES",
     "MAX_ZIP_BYTES",
@@ -36,6 +36,8 @@ __all__ = [
     "MAX_NOTEBOOKS_PER_ASSIGNMENT",
     "MAX_FOLDER_ENTRIES",
     "MAX_FOLDER_DEPTH",
+    "MAX_STRAY_NOTEBOOKS",
+    "MAX_STRAYS_LISTED",
 ]
 
 #: Largest notebook file read (a folder's file, or a zip member's unpacked size).
@@ -56,12 +58,15 @@ ZIP_RATIO_CHECK_BYTES = 1 * MiB
 MAX_TIMESTAMP_BYTES = 4096
 #: Most notebooks one student may hand in for one assignment (folder or zip).
 MAX_NOTEBOOKS_PER_ASSIGNMENT = 20
+#: Most notebooks read from outside assignment folders, per student (to tell whose they are).
+MAX_STRAY_NOTEBOOKS = 20
+#: Most other stray files and folders named, per student (the rest are counted).
+MAX_STRAYS_LISTED = 10
 #: Most entries walked in one assignment folder, and how deep.
 MAX_FOLDER_ENTRIES = 10_000
 MAX_FOLDER_DEPTH = 16
 
 _READ_CHUNK_BYTES = 1 * MiB
-_ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
 _AGAIN = "submit it again"
 _CLEAR = ("clear the outputs (Kernel > Restart Kernel and Clear Outputs of All Cells), "
           "save, and submit again")
@@ -94,18 +99,45 @@ class Candidate:
     timestamp_from: str = ""
 
 
+@dataclass
+class Stray:
+    """Something a student handed in outside an assignment's folder: the intake cannot grade it
+    where it is, and :mod:`raydata_grader.strays` decides what it means.
+
+    Attributes:
+        student: the student's name.
+        shown: where it was, as the student would write it (``carol/data9/data01.ipynb``, or
+            ``carol.zip: hw/data01.ipynb``), for messages.
+        why: why it is not graded there (``no assignment 'data9'``), for messages.
+        data: a notebook's bytes (read within the same limits as any notebook); None for a
+            file that is not a notebook, a folder without one, or a notebook that was refused.
+        named: the assignment its file name names (``data01`` for ``data01.ipynb``), or None.
+        zip_name: the zip it was in, or None for a folder.
+    """
+
+    student: str
+    shown: str
+    why: str
+    data: bytes | None = None
+    named: str | None = None
+    zip_name: str | None = None
+
+
 class Unusable(dict):
     """``(student, assignment)`` (or ``(student, "*")``) → why nothing there can be graded.
 
     A plain dict to code that does not know better. :attr:`invalid` holds the keys whose
     reason is a *refused* submission (a symlink, a corrupt or oversized file, a zip naming
     another student: grade ``invalid``) rather than a folder with no notebook in it
-    (``missing``). A ``(student, "*")`` key is always in :attr:`invalid`.
+    (``missing``). A ``(student, "*")`` key is always in :attr:`invalid`. :attr:`strays` holds
+    what students handed in outside an assignment's folder (:class:`Stray`), for
+    :func:`raydata_grader.strays.place_strays`.
     """
 
     def __init__(self):
         super().__init__()
         self.invalid: set[tuple[str, str]] = set()
+        self.strays: list[Stray] = []
 
 
 class _Refused(Exception):
@@ -219,161 +251,105 @@ def _entries(path: Path) -> list[os.DirEntry]:
         return sorted(it, key=lambda e: e.name)
 
 
-def _member_parts(name: str) -> tuple[str, ...] | None:
-    """A zip member's path parts, or None when it is absolute or climbs out with ``..``."""
-    norm = name.replace("\\", "/")
-    if norm.startswith("/") or re.match(r"^[A-Za-z]:", norm):
-        return None
-    parts = tuple(p for p in norm.split("/") if p not in ("", "."))
-    if ".." in parts:
-        return None
-    return parts
+def _walk(folder: Path, base: str, label: str, hint: str, skipped: list[str]) -> tuple[
+        list[tuple[str, str]], list[str], list[str]]:
+    """The notebooks under ``folder`` (shown to the student as ``base``), within the limits.
 
+    ``label`` names the folder in a refusal, ``hint`` is what to submit instead; the links
+    skipped (never followed) are added to ``skipped``.
 
-def _scan_zip(path: Path, student: str, known, add, refuse, empty: Unusable, notes: list[str]) -> None:
-    name = path.name
-    fd, st = _open_regular(path, _say(name), "zip file", MAX_ZIP_BYTES)
-    when = _mtime(st)
-    with os.fdopen(fd, "rb") as handle:
+    Returns:
+        ``(notebooks, held, bad_names)``: ``(path, shown)`` of every ``.ipynb`` file; the names
+        directly in ``folder``; the notebooks whose names are not valid text.
+
+    Raises:
+        _Refused: for more than :data:`MAX_FOLDER_ENTRIES` entries, folders nested deeper than
+            :data:`MAX_FOLDER_DEPTH`, a folder that cannot be listed, or a linked notebook or
+            ``timestamp.txt``.
+    """
+    notebooks: list[tuple[str, str]] = []
+    bad_names: list[str] = []
+    held: list[str] = []
+    walked = 0
+    stack = [(folder, base, 0)]
+    while stack:
+        here, shown_here, depth = stack.pop()
         try:
-            end = zipfile._EndRecData(handle)  # the end record: member count and directory size, before parsing
-        except Exception:
-            end = None
-        if end is None:
-            raise _Refused(f"{_say(name)} is not a readable zip file (no zip directory at its end): make the zip "
-                           f"again with your system's zip tool and {_AGAIN}")
-        if end[zipfile._ECD_ENTRIES_TOTAL] > MAX_ZIP_MEMBERS:
-            raise _Refused(f"{_say(name)} holds {end[zipfile._ECD_ENTRIES_TOTAL]:,} files, more than the "
-                           f"{MAX_ZIP_MEMBERS:,} a submission may hold: zip only your assignment folders' notebooks")
-        if end[zipfile._ECD_SIZE] > MAX_ZIP_DIRECTORY_BYTES:
-            raise _Refused(f"{_say(name)} has a zip directory of {_mib(end[zipfile._ECD_SIZE])}, over the "
-                           f"{_mib(MAX_ZIP_DIRECTORY_BYTES)} limit: zip only your assignment folders' notebooks")
-        handle.seek(0)
-        try:
-            archive = zipfile.ZipFile(handle)
-        except Exception as exc:
-            raise _Refused(f"{_say(name)} is not a readable zip file ({_why(exc)}): make the zip again with your "
-                           f"system's zip tool and {_AGAIN}") from None
-        with archive:
-            _read_zip(archive, path, student, when, known, add, refuse, empty, notes)
+            subs = _entries(here)
+        except OSError as exc:
+            raise _Refused(f"the folder {_say(shown_here)} could not be listed ({_why(exc)}): {_AGAIN}") from None
+        for sub in subs:
+            walked += 1
+            if walked > MAX_FOLDER_ENTRIES:
+                raise _Refused(f"the {label} folder holds more than {MAX_FOLDER_ENTRIES:,} files and folders: "
+                               f"submit only your notebook ({hint})")
+            if depth == 0:
+                held.append(sub.name)
+            if _skip(sub.name):
+                continue
+            shown = f"{shown_here}/{sub.name}"
+            if sub.is_symlink():
+                if sub.name.endswith(".ipynb") or sub.name == "timestamp.txt":
+                    raise _Refused(f"{_say(shown)} is a symbolic link, which the grader does not follow: put the "
+                                   f"file itself there (a copy, not a link) and {_AGAIN}")
+                skipped.append(shown)
+            elif sub.is_dir(follow_symlinks=False):
+                if depth + 1 >= MAX_FOLDER_DEPTH:
+                    raise _Refused(f"the {label} folder nests folders more than {MAX_FOLDER_DEPTH} deep: "
+                                   f"submit only your notebook ({hint})")
+                stack.append((Path(sub.path), shown, depth + 1))
+            elif sub.name.endswith(".ipynb"):
+                if not _readable_name(sub.name):
+                    bad_names.append(shown)
+                else:
+                    notebooks.append((sub.path, shown))
+    return notebooks, held, bad_names
 
 
-def _read_zip(archive: zipfile.ZipFile, path: Path, student: str, when, known, add, refuse,
-              empty: Unusable, notes: list[str]) -> None:
-    name = path.name
-    infos = archive.infolist()
-    shown = _say(name)
-    if len(infos) > MAX_ZIP_MEMBERS:
-        raise _Refused(f"{shown} holds {len(infos):,} files, more than the {MAX_ZIP_MEMBERS:,} a submission may "
-                       "hold: zip only your assignment folders' notebooks")
-    total = sum(i.file_size for i in infos)
-    if total > MAX_ZIP_UNPACKED_BYTES:
-        raise _Refused(f"{shown} would unpack to {_mib(total)}, over the {_mib(MAX_ZIP_UNPACKED_BYTES)} limit: "
-                       "zip only your notebooks (no data files or outputs)")
-    for info in infos:
-        if info.file_size >= ZIP_RATIO_CHECK_BYTES and info.file_size > MAX_ZIP_RATIO * max(info.compress_size, 1):
-            raise _Refused(f"{shown}: {_say(info.filename)} unpacks to {_mib(info.file_size)} from "
-                           f"{info.compress_size:,} bytes, more than {MAX_ZIP_RATIO}:1 (a zip bomb?): zip only your "
-                           f"notebooks, with their outputs cleared (Kernel > Restart Kernel and Clear Outputs of All "
-                           f"Cells), and {_AGAIN}")
+class _StrayReader:
+    """Records what a student's folder holds outside its assignment folders as :class:`Stray`
+    entries: notebooks read within the limits (at most :data:`MAX_STRAY_NOTEBOOKS`), other
+    files and folders named (at most :data:`MAX_STRAYS_LISTED`, the rest counted)."""
 
-    members = []  # (info, parts) of the members that count
-    for info in infos:
-        parts = _member_parts(info.filename)
-        if parts is None:
-            notes.append(f"{student}: skipped member {_say(info.filename)} of {shown} (an absolute path or one "
-                         "that climbs out with '..')")
-            continue
-        if not parts or any(_skip(p) for p in parts):
-            continue
-        members.append((info, parts))
-    files = [(i, p) for i, p in members if not i.is_dir()]
-    tops = {p[0] for _, p in members}
-    strip = 0
-    if len(tops) == 1 and files and all(len(p) > 1 for _, p in files):
-        top = next(iter(tops))
-        if top == student:
-            strip = 1
-        elif top not in known:
-            raise _Refused(f"the zip's folder {_say(top)} is not the student id {_say(student)} of its file name "
-                           f"{shown}: a zip is graded as the student it is named after; put your assignment "
-                           f"folders (e.g. {known[0] if known else 'data01'}/) at the top of {student}.zip, or "
-                           f"inside one folder named {student}")
+    def __init__(self, student: str, known, empty: Unusable):
+        self.student, self.known, self.empty = student, known, empty
+        self.read = 0
+        self.others = 0
 
-    by_assignment: dict[str, list[tuple[zipfile.ZipInfo, tuple[str, ...]]]] = {}
-    seen_folders: set[str] = set()
-    skipped_folders: set[str] = set()
-    linked: set[str] = set()  # assignments refused for a link in this zip
-    for info, parts in members:
-        parts = parts[strip:]
-        if not parts:
-            continue
-        if len(parts) == 1 and parts[0].endswith(".ipynb") and parts[0][:-6] in known:
-            assignment = parts[0][:-6]
-        elif parts[0] in known:
-            assignment = parts[0]
-            seen_folders.add(assignment)
+    def notebook(self, path: Path, shown: str, where: str) -> None:
+        named = path.name[:-6] if path.name[:-6] in self.known else None
+        data, why = None, where
+        if self.read >= MAX_STRAY_NOTEBOOKS:
+            why = f"{where} (not read: more than {MAX_STRAY_NOTEBOOKS} notebooks outside assignment folders)"
         else:
-            assignment = None
-        if stat.S_ISLNK(info.external_attr >> 16):  # never followed (nor unpacked): the submission is refused
-            refuse(student, assignment or "*", _zip_link(shown, info.filename))
-            linked.add(assignment or "*")
-            continue
-        if assignment is None:
-            if len(parts) > 1 and parts[0] not in skipped_folders:
-                skipped_folders.add(parts[0])
-                notes.append(f"{student}: skipped folder {_say(parts[0])} in {shown} (not a course assignment)")
-            continue
-        if info.is_dir() or not parts[-1].endswith(".ipynb"):
-            continue  # a timestamp.txt inside a zip is ignored, like every date inside an archive
-        by_assignment.setdefault(assignment, []).append((info, parts))
+            self.read += 1
+            try:
+                data, _ = _read_file(path, _say(shown), "notebook", MAX_NOTEBOOK_BYTES)
+            except _Refused as exc:
+                why = f"{where}; and {exc.args[0]}"
+        self.empty.strays.append(Stray(self.student, shown, why, data, named))
 
-    for assignment, items in sorted(by_assignment.items()):
-        if assignment in linked:
-            continue
+    def other(self, shown: str, why: str) -> None:
+        self.others += 1
+        if self.others <= MAX_STRAYS_LISTED:
+            self.empty.strays.append(Stray(self.student, shown, why))
+
+    def folder(self, path: Path, shown: str, name: str) -> None:
+        where = f"no assignment {_say(name, 40)}"
         try:
-            if len(items) > MAX_NOTEBOOKS_PER_ASSIGNMENT:
-                raise _Refused(f"{shown} holds {len(items)} notebooks for {assignment}, more than the "
-                               f"{MAX_NOTEBOOKS_PER_ASSIGNMENT} the grader looks at: zip only {assignment}.ipynb")
-            cands = [Candidate(student, assignment, f"{path}!{info.filename}",
-                               _read_member(archive, info, shown), when, None, "file date" if when else "")
-                     for info, _ in items]
+            notebooks, held, bad_names = _walk(path, shown, _say(name, 40), "<assignment>/<assignment>.ipynb", [])
         except _Refused as exc:
-            refuse(student, assignment, exc.args[0])
-            continue
-        except Exception as exc:
-            refuse(student, assignment, f"{shown}: the {assignment} notebook could not be unpacked ({_why(exc)}): "
-                                        f"make the zip again with your system's zip tool and {_AGAIN}")
-            continue
-        for cand in cands:
-            add(cand)
-    for assignment in sorted(seen_folders - set(by_assignment)):
-        if (student, assignment) not in empty:
-            empty[(student, assignment)] = f"the {assignment} folder in {name} holds no .ipynb file"
+            self.other(shown + "/", f"{where}; and {exc.args[0]}")
+            return
+        for bad in bad_names:
+            self.other(bad, f"{where}; and its file name is not valid text")
+        for nb_path, nb_shown in notebooks:
+            self.notebook(Path(nb_path), nb_shown, where)
+        if not notebooks and not bad_names:
+            listed = ", ".join(_say(n, 40) for n in sorted(held)[:5]) or "nothing"
+            self.other(shown + "/", f"{where}, and no notebook in it (it holds {listed})")
 
-
-def _zip_link(shown: str, member: str) -> str:
-    return (f"{shown}: {_say(member)} is a symbolic link inside the zip, which the grader does not follow: "
-            f"zip the file itself, not a link to it, and {_AGAIN}")
-
-
-def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -> bytes:
-    """A notebook member's bytes: its declared size checked first, never more than the limit + 1 read."""
-    member = _say(info.filename)
-    if not _readable_name(info.filename):
-        raise _Refused(f"{shown}: the member {member} has a name that is not valid text (control characters): "
-                       f"rename it and zip it again")
-    if info.file_size > MAX_NOTEBOOK_BYTES:
-        raise _Refused(f"{shown}: {member} is {_mib(info.file_size)}, over the {_mib(MAX_NOTEBOOK_BYTES)} limit for "
-                       f"a notebook: {_CLEAR.replace('submit again', 'zip it again')}")
-    if info.compress_type not in _ZIP_METHODS:
-        raise _Refused(f"{shown}: {member} is compressed with zip method {info.compress_type}, which the grader "
-                       f"does not unpack: make the zip with the standard (deflate) compression and {_AGAIN}")
-    with archive.open(info) as stream:
-        data = _read_capped(stream.read, MAX_NOTEBOOK_BYTES)
-    if len(data) > MAX_NOTEBOOK_BYTES:
-        raise _Refused(f"{shown}: {member} unpacks to more than its zip header says (over the "
-                       f"{_mib(MAX_NOTEBOOK_BYTES)} limit): make the zip again and {_AGAIN}")
-    return data
-
-
+    def close(self) -> None:
+        if self.others > MAX_STRAYS_LISTED:
+            self.empty.strays.append(Stray(self.student, f"{self.student}/: {self.others - MAX_STRAYS_LISTED} "
+                                                         "more files", "not in an assignment folder"))

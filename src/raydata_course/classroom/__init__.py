@@ -10,7 +10,8 @@ kernel, and says what to fix. It cannot run or show a hidden test: those run onl
 grader. From a terminal: ``python -m raydata_course.classroom check exercises/data01/data01.ipynb``.
 
 Modules: :mod:`.lint` (structure checks and repairs against the released exercise; the
-instructor's grader runs the same code on every submission) and :mod:`.selfcheck`.
+instructor's grader runs the same code on every submission), :mod:`.reading` (a submitted
+file read as hostile input, and which exercise it belongs to) and :mod:`.selfcheck`.
 """
 
 from raydata_course.classroom.selfcheck import SelfCheckReport, self_check

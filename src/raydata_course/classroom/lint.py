@@ -15,15 +15,23 @@ Repairs, in order:
 
 1. the kernel is set to the course kernel (:data:`raydata_course.layout.KERNEL_NAME`);
 2. saved outputs are cleared (the grader runs the notebook again anyway);
-3. a cell whose ``grade_id`` the release does not know loses its nbgrader metadata;
+3. a cell whose ``grade_id`` the release does not know loses its nbgrader metadata, and so
+   does a cell marked as graded, an answer, read-only or a task without a ``grade_id`` (nbgrader
+   would stop the whole notebook on it: "nbgrader cell does not have a grade_id");
 4. a repeated ``grade_id``: a copy of an *answer* cell stays as an ordinary code cell, in
    place, so the code runs exactly as it did for the student; a copy of a read-only or test
    cell is removed (it is the instructor's text);
 5. a graded or read-only cell whose type changed (code ↔ markdown) is changed back;
-6. an edited read-only or test cell gets the release text and metadata back;
+6. an edited read-only or test cell gets the release text and metadata back. A notebook in
+   nbgrader's source form (the reference solution) is not edited for lacking what the release
+   adds (:data:`RELEASE_COMPUTED_KEYS`) or for the hidden-test regions the release takes out;
 7. a deleted cell comes back from the release, after the cell that preceded it there. A
    deleted *answer* cell comes back empty, never as the ``raise NotImplementedError()``
    stub, which would overwrite a function the student defined in a cell of their own.
+
+Given every exercise's grade ids, a notebook that belongs to another exercise
+(:func:`~raydata_course.classroom.reading.exercise_of`) is ``invalid`` and named for what it
+is, rather than repaired into this one's shape.
 
 A submission is hostile input. Whatever its bytes, :func:`lint_notebook` never raises
 because of them: a file that is not UTF-8 JSON, JSON nested deeper than
@@ -48,13 +56,24 @@ Examples:
 from __future__ import annotations
 
 import copy
-import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import nbformat
+from raydata_course.classroom.reading import (  # noqa: F401  (MAX_JSON_DEPTH and grade_id are part of this module's interface)
+    _RESAVE,
+    MAX_JSON_DEPTH,
+    _nbg,
+    read_notebook,
+    _say,
+    _why,
+    exercise_grade_ids,
+    exercise_of,
+    grade_id,
+)
 from raydata_course.layout import KERNELSPEC
 
 __all__ = [
@@ -62,106 +81,27 @@ __all__ = [
     "lint_notebook",
     "grade_id",
     "unanswered_cells",
+    "exercise_grade_ids",
+    "exercise_of",
+    "RELEASE_COMPUTED_KEYS",
 ]
-
-#: Deepest nesting of JSON arrays and objects accepted (Jupyter writes about 6; saved outputs
-#: and widget state a few more).
-MAX_JSON_DEPTH = 100
 
 #: Most repairs listed one by one (the rest are counted in one more line).
 MAX_REPAIRS_LISTED = 50
 
-#: What a student should do about a file that is not a notebook Jupyter saved.
-_RESAVE = ("open it in Jupyter, check that it shows your work, save it (File > Save Notebook) and submit "
-           "the .ipynb file Jupyter saved; do not edit the file by hand")
-
 #: A cell id nbformat accepts.
 _CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
+
+#: What nbgrader's ``generate_assignment`` adds to the nbgrader metadata of every cell it releases
+#: (its ``ComputeChecksums`` step). A notebook in nbgrader's *source* form (the reference solution,
+#: ``solutions/dataNN/dataNN.ipynb``) has none of them; a copy of the release has them all.
+RELEASE_COMPUTED_KEYS = ("checksum", "cell_type")
 
 #: Text put in an answer cell that was missing from the submission.
 RESTORED_ANSWER_TEXT = (
     "# This answer cell was missing from the submission; the grader put it back empty.\n"
     "# Code you wrote in other cells of the notebook still runs.\n"
 )
-
-
-def _nbg(cell) -> dict:
-    meta = cell.get("metadata")
-    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
-    return nbg if isinstance(nbg, dict) else {}
-
-
-def grade_id(cell) -> str | None:
-    """The cell's nbgrader ``grade_id``, or None for an ordinary cell (or one whose id is not text)."""
-    gid = _nbg(cell).get("grade_id") if isinstance(cell, dict) else None
-    return gid if isinstance(gid, str) else None
-
-
-def _say(value, limit: int = 60) -> str:
-    """``value`` quoted for a message (escaped, clipped when long)."""
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[:limit - 4] + "...'"
-
-
-def _why(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split())
-    text = text if len(text) <= limit else text[:limit - 3] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _what(value) -> str:
-    """The JSON type of ``value``, in words."""
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "text", list: "a list", dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
-
-
-def _too_deep(data, limit: int) -> bool:
-    """True when JSON ``data`` nests arrays and objects more than ``limit`` deep (checked without recursion)."""
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            children = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
-
-
-def _shape_problem(data) -> str | None:
-    """Why the notebook JSON ``data`` (nbformat 4) has a shape lint can't work on, or None."""
-    if not isinstance(data.get("metadata", {}), dict):
-        return f"the notebook's metadata is {_what(data['metadata'])}, not an object"
-    for key in ("nbformat", "nbformat_minor"):
-        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
-            return f"the notebook's format version ({key}) is {_what(data[key])}, not a whole number"
-    cells = data.get("cells")
-    if not isinstance(cells, list):
-        return f"the notebook's cells are {_what(cells)}, not a list of cells"
-    for number, cell in enumerate(cells, 1):
-        where = f"cell {number} of the notebook"
-        if not isinstance(cell, dict):
-            return f"{where} is {_what(cell)}, not a cell"
-        if not isinstance(cell.get("cell_type"), str):
-            return f"{where} has a cell type that is {_what(cell.get('cell_type'))}, not text"
-        if "metadata" in cell and not isinstance(cell["metadata"], dict):
-            return f"{where} has metadata that is {_what(cell['metadata'])}, not an object"
-        source = cell.get("source", "")
-        if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(x, str) for x in source)):
-            return f"{where} has a source that is {_what(source)}, not text"
-        if "id" in cell and not isinstance(cell["id"], str):
-            return f"{where} has an id that is {_what(cell['id'])}, not text"
-        for key, kind in (("outputs", list), ("attachments", dict)):
-            if key in cell and not isinstance(cell[key], kind):
-                return f"{where} has {key} that are {_what(cell[key])}, not {_what(kind())}"
-    return None
 
 
 @dataclass
@@ -193,53 +133,47 @@ def _invalid(*problems: str) -> LintResult:
     return LintResult("invalid", None, [], list(problems))
 
 
-def _parse(raw: bytes | str) -> tuple[Any, str | None]:
-    """Parse ``raw`` into an nbformat v4 notebook; return (notebook, None) or (None, why)."""
-    if isinstance(raw, (bytearray, memoryview)):
-        raw = bytes(raw)
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None, "the file is not a Jupyter notebook: it is not UTF-8 text (a binary file?)"
-    elif isinstance(raw, str):
-        text = raw
-    else:
-        return None, f"the grader was given {type(raw).__name__}, not the bytes of a file"
-    if not text.strip():
-        return None, "the file is empty (0 bytes of notebook): save the notebook in Jupyter, then submit it"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, (f"the file is not a Jupyter notebook: it is not valid JSON ({exc.msg} at line "
-                      f"{exc.lineno}, column {exc.colno}); submit the .ipynb file that Jupyter saved")
-    except RecursionError:
-        return None, f"the file is not a Jupyter notebook: its JSON is nested too deeply to read; {_RESAVE}"
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        return None, f"the file is not a readable Jupyter notebook ({_why(exc)}); {_RESAVE}"
-    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
-        return None, "the file is JSON but not a Jupyter notebook (it has no cells)"
-    if _too_deep(data, MAX_JSON_DEPTH):
-        return None, (f"the file is not a Jupyter notebook: its JSON is nested more than {MAX_JSON_DEPTH} "
-                      f"levels deep; {_RESAVE}")
-    if "cells" in data:
-        problem = _shape_problem(data)
-        if problem:
-            return None, f"the file is not a readable Jupyter notebook: {problem}; {_RESAVE}"
-    try:
-        import warnings
+def _same_nbgrader(cell, ref) -> bool:
+    """Whether ``cell`` carries ``ref``'s nbgrader metadata. A key nbgrader's release computes
+    (:data:`RELEASE_COMPUTED_KEYS`) counts only when ``cell`` has it: a notebook in source form
+    (the reference solution) lacks them all, and that is no edit; a changed checksum is."""
+    mine, theirs = _nbg(cell), dict(_nbg(ref))
+    for key in RELEASE_COMPUTED_KEYS:
+        if key not in mine:
+            theirs.pop(key, None)
+    return mine == theirs
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # duplicate cell ids and the like: repaired below
-            nb = nbformat.reads(text, as_version=4)
-    except Exception as exc:  # nbformat raises several types for malformed notebooks
-        return None, f"the file is not a readable Jupyter notebook ({_why(exc)}); {_RESAVE}"
-    problem = _shape_problem(nb) if isinstance(nb, dict) else "it is not a notebook"
-    if problem:  # an older format, converted
-        return None, f"the file is not a readable Jupyter notebook: {problem}; {_RESAVE}"
-    for cell in nb.cells:
-        cell.setdefault("metadata", nbformat.NotebookNode())
-    return nb, None
+
+def _same_text(cell, ref) -> bool:
+    """Whether the read-only or test cell ``cell`` holds ``ref``'s text. A cell in nbgrader's
+    source form (none of :data:`RELEASE_COMPUTED_KEYS`: the reference solution) also matches
+    when its text is ``ref``'s once its hidden-test region is taken out, as nbgrader's release
+    takes it out (``ClearHiddenTests``)."""
+    mine, theirs = cell.get("source", ""), ref.get("source", "")
+    if mine.strip() == theirs.strip():
+        return True
+    if any(key in _nbg(cell) for key in RELEASE_COMPUTED_KEYS):
+        return False
+    from nbgrader.preprocessors import ClearHiddenTests  # here, not at the top: nbgrader is slow to import
+
+    released = copy.deepcopy(cell)
+    try:
+        ClearHiddenTests()._remove_hidden_test_region(released)
+    except RuntimeError:  # an unclosed or nested hidden-test region: not the instructor's text
+        return False
+    return released.get("source", "").strip() == theirs.strip()
+
+
+def _no_grade_id(number: int, nbg: dict) -> str:
+    """The repair note for cell ``number`` whose nbgrader metadata ``nbg`` has no ``grade_id`` (removed)."""
+    marked = [name for key, name in (("grade", "a graded test (grade: true)"), ("solution", "an answer cell"),
+                                     ("locked", "a read-only cell"), ("task", "a task")) if nbg.get(key)]
+    if not marked:
+        return f"cell {number} carried nbgrader metadata without a grade_id; it runs as an ordinary cell"
+    return (f"cell {number} is marked in its nbgrader metadata as {' and '.join(marked)} but has no grade_id, "
+            "which nbgrader cannot grade (it would stop the whole notebook): the marking was removed, and the "
+            "cell runs as an ordinary, ungraded cell. Only the exercise's own cells are graded: do not add or "
+            "copy nbgrader metadata")
 
 
 def _fresh_id(taken: set[str]) -> str:
@@ -281,7 +215,8 @@ def unanswered_cells(notebook) -> list[str]:
             and "raise NotImplementedError()" in (c.get("source") if isinstance(c.get("source"), str) else "")]
 
 
-def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) -> LintResult:
+def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None, exercise: str | None = None,
+                  exercises: Mapping[str, frozenset[str]] | None = None) -> LintResult:
     """Check a submitted notebook against its release notebook and repair its structure.
 
     Args:
@@ -289,6 +224,10 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
         release: the release notebook (``nbformat`` v4), with nbgrader metadata on every
             answer, test and read-only cell.
         kernelspec: the kernelspec to force; default :data:`raydata_course.layout.KERNELSPEC`.
+        exercise: the id of the exercise ``release`` is, and ``exercises`` every exercise's
+            grade ids (:func:`exercise_grade_ids`): with both, a notebook that belongs to
+            another exercise (:func:`exercise_of`) is ``invalid``, and says whose it is,
+            instead of being repaired into ``release``'s shape.
 
     Returns:
         A :class:`LintResult`. Its notebook is a repaired copy; ``raw`` is never changed.
@@ -308,19 +247,27 @@ def lint_notebook(raw: bytes | str, release, *, kernelspec: dict | None = None) 
         raise ValueError(f"the release notebook repeats a grade_id: {sorted(i for i in rel_ids if rel_ids.count(i) > 1)}")
     rel_by_id = {grade_id(c): c for c in rel_cells}
     try:
-        return _lint(raw, rel_ids, rel_by_id, kernelspec)
+        return _lint(raw, rel_ids, rel_by_id, kernelspec, exercise, exercises)
     except Exception as exc:  # a shape nothing above foresaw: the student's file, not the run, fails
         return _invalid(f"the grader could not read the notebook's structure ({_why(exc)}); {_RESAVE}")
 
 
-def _lint(raw: bytes | str, rel_ids: list[str], rel_by_id: dict, kernelspec: dict) -> LintResult:
+def _lint(raw: bytes | str, rel_ids: list[str], rel_by_id: dict, kernelspec: dict, exercise: str | None,
+          exercises: Mapping[str, frozenset[str]] | None) -> LintResult:
     from nbgrader.utils import is_locked, is_solution  # here, not at the top: nbgrader is slow to import
 
-    nb, why = _parse(raw)
+    nb, why = read_notebook(raw)
     if nb is None:
         return _invalid(why)
     if not nb.cells:
         return _invalid("the notebook has no cells (an empty notebook): submit the exercise notebook with your answers")
+    owner = exercise_of(nb, exercises) if exercise and exercises else None
+    if owner and owner != exercise:
+        theirs = sorted({gid for c in nb.cells if (gid := grade_id(c))} & (exercises[owner] - set(rel_ids)))
+        return _invalid(
+            f"this is {owner}'s notebook, filed under {exercise}: its cells are {owner}'s "
+            f"({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}), none is {exercise}'s. Submit it as "
+            f"{owner} ({owner}/{owner}.ipynb), and your {exercise} notebook as {exercise} ({exercise}/{exercise}.ipynb)")
     present = {grade_id(c) for c in nb.cells if grade_id(c)}
     if not present & set(rel_ids):
         return _invalid(
@@ -345,12 +292,14 @@ def _lint(raw: bytes | str, rel_ids: list[str], rel_by_id: dict, kernelspec: dic
             cell["execution_count"] = None
 
     # 3. malformed nbgrader metadata (not a dict), unknown grade ids, and 4. repeated grade ids
-    for cell in nb.cells:
+    for number, cell in enumerate(nb.cells, 1):
         meta = cell["metadata"]
         if "nbgrader" in meta and (not isinstance(meta["nbgrader"], dict)
                                    or "grade_id" in meta["nbgrader"] and not isinstance(meta["nbgrader"]["grade_id"], str)):
             meta.pop("nbgrader")
             repairs.append("a cell carried malformed nbgrader metadata; it runs as an ordinary cell")
+        elif "nbgrader" in meta and not meta["nbgrader"].get("grade_id"):
+            repairs.append(_no_grade_id(number, meta.pop("nbgrader")))
     seen: set[str] = set()
     kept = []
     for cell in nb.cells:
@@ -389,14 +338,14 @@ def _lint(raw: bytes | str, rel_ids: list[str], rel_by_id: dict, kernelspec: dic
                            f"{_clip(cell.get('cell_type'), 30)}; it was changed back to {ref['cell_type']}")
             _set_type(cell, ref["cell_type"])
         if is_locked(ref):
-            if cell.get("source", "").strip() != ref.get("source", "").strip():
+            if not _same_text(cell, ref):
                 repairs.append(f"the {_kind(ref)} {gid!r} was edited; the grader uses the original")
-            elif _nbg(cell) != _nbg(ref):
+            elif not _same_nbgrader(cell, ref):
                 repairs.append(f"the nbgrader metadata of {gid!r} was edited; the grader uses the original")
             cell["source"] = ref["source"]
             cell["metadata"] = copy.deepcopy(ref["metadata"])
         else:
-            if _nbg(cell) != _nbg(ref):
+            if not _same_nbgrader(cell, ref):
                 repairs.append(f"the nbgrader metadata of the answer cell {gid!r} was edited; the grader uses the original")
             cell["metadata"]["nbgrader"] = copy.deepcopy(_nbg(ref))
 
