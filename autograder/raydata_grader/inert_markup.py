@@ -176,8 +176,8 @@ def inert_markdown(source: str, attachments: dict | None = None, *, keep_chars: 
     count), rendered as nbconvert would (math left to MathJax), cleaned with
     :func:`clean_markup`, its images re-encoded (:func:`reencode_image`; one that is not an
     image, or past ``images``, is removed), and put on one line in a ``<div>`` (its line
-    breaks as ``&#10;``), which Markdown passes through untouched as an HTML block: so the
-    result, rendered and cleaned again, is itself. Should this Markdown renderer not pass the
+    breaks as ``&#10;`` in ``<pre>``, as spaces elsewhere), which Markdown passes through
+    untouched as an HTML block: so the result, rendered and cleaned again, is itself. Should this Markdown renderer not pass the
     block through unchanged, the cell's text is shown escaped instead
     (:func:`~raydata_grader.records.escape_markdown`, one line per line).
 
@@ -200,7 +200,7 @@ def inert_markdown(source: str, attachments: dict | None = None, *, keep_chars: 
     usable = {name: {m: v for m, v in bundle.items() if m in IMAGE_FORMATS and isinstance(v, str)}
               for name, bundle in (attachments or {}).items() if isinstance(bundle, dict)}
     cleaned = clean_markup(_render_markdown(body, {k: v for k, v in usable.items() if v})).strip()
-    cleaned = re.sub(r"\r\n?|\n", "&#10;", cleaned)
+    cleaned = _one_line(cleaned)
     block = cleaned if cleaned.startswith(_BLOCK) and cleaned.endswith("</div>") else _BLOCK + cleaned + "</div>"
     bare = INLINE_IMAGE.sub("", block)
     if _render_markdown(bare).strip() != bare:
@@ -217,6 +217,18 @@ def inert_markdown(source: str, attachments: dict | None = None, *, keep_chars: 
         return f' src="data:{mime};base64,{image}"'
 
     return INLINE_IMAGE.sub(restore, block)
+
+
+_PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL | re.IGNORECASE)
+_BREAK = re.compile(r"\r\n?|\n")
+
+
+def _one_line(markup: str) -> str:
+    """``markup`` on one line: line breaks kept as ``&#10;`` inside ``<pre>``, where they show, and
+    spaces elsewhere, where HTML shows them as spaces (a character reference between table tags
+    would not parse back the same)."""
+    return "".join(_BREAK.sub("&#10;" if part.lower().startswith("<pre") else " ", part)
+                   for part in _PRE.split(markup))
 
 
 def _capped_markdown(source: str, keep: int) -> str:
