@@ -176,13 +176,25 @@ def test_images_are_decoded_and_encoded_again_or_dropped():
     assert reencode_image("image/png", _png(side, side)) is None, "past the pixel limit"
 
 
-def test_markdown_and_attachments_are_capped_and_say_so():
+def test_markdown_is_capped_to_what_is_stored_and_says_so():
+    """What is stored fits the caps (rendering adds tags, so less source is kept), and so a
+    second pass keeps it whole: nested tags, and a notebook whose markdown runs out."""
+    from raydata_grader.inert_markup import MAX_MARKDOWN_NOTEBOOK_CHARS, NOT_SHOWN, markdown_chars
+
     big = new_markdown_cell("<div>" * 60_000)
-    nb, notes = inert_notebook(new_notebook(cells=[big, new_markdown_cell("last words")]))
-    assert len(nb.cells[0].source) < 3 * MAX_MARKDOWN_CELL_CHARS
-    assert notes == [f"{5 * 60_000 - MAX_MARKDOWN_CELL_CHARS:,} characters of markdown were not kept (the grader "
-                     "keeps 20,000 per cell and 200,000 per notebook)"]
-    assert "last words" in nb.cells[1].source
+    cells = [big] + [new_markdown_cell(("*word* " * 3_000)[:19_000]) for _ in range(12)] + [new_markdown_cell("end")]
+    nb, notes = inert_notebook(new_notebook(cells=cells))
+    stored = [markdown_chars(c.source) for c in nb.cells if c.source != NOT_SHOWN]
+    assert max(stored) <= MAX_MARKDOWN_CELL_CHARS and sum(stored) <= MAX_MARKDOWN_NOTEBOOK_CHARS, stored
+    assert "more characters of this cell are not shown" in nb.cells[0].source
+    assert nb.cells[-1].source == NOT_SHOWN, "the notebook's markdown ran out before its last cell"
+    [note] = notes
+    cut = int(note.split()[0].replace(",", ""))
+    assert 5 * 60_000 - MAX_MARKDOWN_CELL_CHARS < cut < 5 * 60_000 + 12 * 19_000 + 3, note
+    assert note.endswith("characters of markdown were not kept (the grader keeps 20,000 per cell and 200,000 "
+                         "per notebook)")
+    again, notes_again = inert_notebook(nb)
+    assert nbformat.writes(again) == nbformat.writes(nb) and notes_again == []
 
 
 def test_grader_notes_stay_only_where_the_grader_runs():

@@ -111,7 +111,6 @@ class InertMarkdown(NbGraderPreprocessor):
             # Rendering and cleaning grow faster than the text (nested tags): cut it first
             # (:func:`inert_markdown`; the data of images the grader inlined do not count).
             keep = max(min(self.max_cell_chars, self._left), 0)
-            self._left -= min(markdown_chars(cell.source), keep)
         info = cell.get("metadata", {}).get("nbgrader")
         if isinstance(info, dict):
             if "grade_id" in info:
@@ -120,6 +119,7 @@ class InertMarkdown(NbGraderPreprocessor):
                 info["comment"] = inert_markdown(info["comment"])
         if cell.get("cell_type") == "markdown":
             cell.source = inert_markdown(cell.source, cell.get("attachments"), keep_chars=keep)
+            self._left -= min(markdown_chars(cell.source), keep)
             cell.pop("attachments", None)
         for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             data = output.get("data")

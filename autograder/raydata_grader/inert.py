@@ -47,7 +47,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from raydata_grader.inert_markup import (IMAGE_FORMATS, INLINE_IMAGE, MAX_IMAGE_CHARS, MAX_MARKDOWN_CELL_CHARS,
-                                         MAX_MARKDOWN_NOTEBOOK_CHARS, clean_markup, inert_markdown, markdown_chars,
+                                         MAX_MARKDOWN_NOTEBOOK_CHARS, clean_markup, inert_markdown_kept, markdown_chars,
                                          reencode_image, text_of)
 
 __all__ = ["inert_notebook", "InertNotebook", "record_cap", "recorded_caps", "keep_received", "GRADER_KEY",
@@ -227,15 +227,15 @@ def inert_notebook(nb, *, keep_grader_notes: bool = False) -> tuple[nbformat.Not
         source = _text(cell.get("source"))
         meta = _cell_metadata(cell.get("metadata"), kind)
         if kind == "markdown":
-            keep, chars = max(min(MAX_MARKDOWN_CELL_CHARS, markdown_left), 0), markdown_chars(source)
-            cut += max(chars - keep, 0)
-            markdown_left -= min(chars, keep)
+            keep = max(min(MAX_MARKDOWN_CELL_CHARS, markdown_left), 0)
             attachments = cell.get("attachments") if isinstance(cell.get("attachments"), dict) else {}
             for name, bundle in attachments.items():
                 if not (isinstance(bundle, dict) and any(m in IMAGE_FORMATS for m in bundle)):
                     dropped.append(str(name)[:80])
-            new = nbformat.v4.new_markdown_cell(
-                inert_markdown(source, attachments, keep_chars=keep, images=images_left), metadata=meta)
+            stored, kept = inert_markdown_kept(source, attachments, keep_chars=keep, images=images_left)
+            cut += max(markdown_chars(source) - kept, 0)
+            markdown_left -= min(markdown_chars(stored), keep)  # what is stored counts: so a second pass keeps it
+            new = nbformat.v4.new_markdown_cell(stored, metadata=meta)
         elif kind == "code":
             count = cell.get("execution_count")
             new = nbformat.v4.new_code_cell(source, metadata=meta, outputs=[_inert_output(o) for o in cell.get(

@@ -22,7 +22,7 @@ from raydata_course.units import MiB
 
 __all__ = ["SAFE_TAGS", "IMAGE_FORMATS", "MAX_IMAGE_PIXELS", "MAX_IMAGE_CHARS", "MAX_MARKDOWN_CELL_CHARS",
            "MAX_MARKDOWN_NOTEBOOK_CHARS", "INLINE_IMAGE", "clean_markup", "text_of", "reencode_image", "inert_markdown",
-           "markdown_chars"]
+           "inert_markdown_kept", "markdown_chars", "NOT_SHOWN"]
 
 #: Tags a cleaned markdown cell keeps (what Markdown renders to); any other is shown as text.
 SAFE_TAGS = frozenset({
@@ -168,43 +168,69 @@ def markdown_chars(source: str) -> int:
     return len(_set_aside(source, "00000000")[0])
 
 
+#: What a markdown cell becomes when not even a note on what was cut fits in what is left of
+#: the notebook's markdown (a stored cell that is exactly this stays as it is).
+NOT_SHOWN = (_BLOCK + "<p><em>[this cell is not shown: the notebook's markdown is over the grader's limit]</em></p>"
+             "</div>")
+
+
 def inert_markdown(source: str, attachments: dict | None = None, *, keep_chars: int | None = None,
                    images: list[int] | None = None) -> str:
-    """Markdown that any renderer shows as the cleaned HTML of ``source``.
+    """Markdown that any renderer shows as the cleaned HTML of ``source`` (:func:`inert_markdown_kept`)."""
+    return inert_markdown_kept(source, attachments, keep_chars=keep_chars, images=images)[0]
 
-    ``source`` is cut to ``keep_chars`` (:func:`markdown_chars`: inlined images' data do not
-    count), rendered as nbconvert would (math left to MathJax), cleaned with
+
+def inert_markdown_kept(source: str, attachments: dict | None = None, *, keep_chars: int | None = None,
+                        images: list[int] | None = None) -> tuple[str, int]:
+    """Markdown that any renderer shows as the cleaned HTML of ``source``, and how much of ``source`` it shows.
+
+    ``source`` is rendered as nbconvert would (math left to MathJax), cleaned with
     :func:`clean_markup`, its images re-encoded (:func:`reencode_image`; one that is not an
     image, or past ``images``, is removed), and put on one line in a ``<div>`` (its line
     breaks as ``&#10;`` in ``<pre>``, as spaces elsewhere), which Markdown passes through
-    untouched as an HTML block: so the result, rendered and cleaned again, is itself. Should this Markdown renderer not pass the
-    block through unchanged, the cell's text is shown escaped instead
+    untouched as an HTML block: so the result, rendered and cleaned again, is itself. The
+    result holds at most ``keep_chars`` (:func:`markdown_chars`: inlined images' data do not
+    count): ``source`` is cut until it fits, and a note says how much more there was; where not
+    even the note fits, the result is :data:`NOT_SHOWN`. Should this Markdown renderer not pass
+    the block through unchanged, the cell's text is shown escaped instead
     (:func:`~raydata_grader.records.escape_markdown`, one line per line).
 
     Args:
         source: a markdown cell's source.
         attachments: the cell's attachments, for ``attachment:`` images (only PNG, JPEG and GIF used).
-        keep_chars: characters of ``source`` kept (a note says how many more there were); None keeps all.
+        keep_chars: most characters of the result; None: no limit.
         images: ``[characters left]`` for images (as base64) in this cell and later ones, lowered
             as images are kept; None: no limit.
 
     Returns:
-        The new source.
+        ``(new source, characters of source kept)`` (:func:`markdown_chars` characters).
     """
     from raydata_grader.records import escape_markdown
 
+    if source == NOT_SHOWN:
+        return source, markdown_chars(source)
     nonce = secrets.token_hex(4)
     body, stash = _set_aside(source, nonce)
-    if keep_chars is not None:
-        body = _capped_markdown(body, keep_chars)
     usable = {name: {m: v for m, v in bundle.items() if m in IMAGE_FORMATS and isinstance(v, str)}
               for name, bundle in (attachments or {}).items() if isinstance(bundle, dict)}
-    cleaned = clean_markup(_render_markdown(body, {k: v for k, v in usable.items() if v})).strip()
-    cleaned = _one_line(cleaned)
-    block = cleaned if cleaned.startswith(_BLOCK) and cleaned.endswith("</div>") else _BLOCK + cleaned + "</div>"
+    usable = {k: v for k, v in usable.items() if v}
+    limit = len(body) if keep_chars is None else min(len(body), keep_chars)
+    for _ in range(8):  # rendering adds tags: cut the source until the result fits
+        cut = _capped_markdown(body, limit)
+        block = _one_line(clean_markup(_render_markdown(cut, usable)).strip())
+        block = block if block.startswith(_BLOCK) and block.endswith("</div>") else _BLOCK + block + "</div>"
+        size = markdown_chars(block)
+        if keep_chars is None or size <= keep_chars:
+            break
+        if limit == 0:
+            return NOT_SHOWN, 0
+        limit = max(0, min(limit - 1, limit * keep_chars // size))
+    else:
+        return NOT_SHOWN, 0
     bare = INLINE_IMAGE.sub("", block)
     if _render_markdown(bare).strip() != bare:
-        return "\n\n".join(escape_markdown(line) for line in INLINE_IMAGE.sub("", body).splitlines() if line.strip())
+        text = INLINE_IMAGE.sub("", cut)
+        return "\n\n".join(escape_markdown(line) for line in text.splitlines() if line.strip()), limit
 
     def restore(match: re.Match) -> str:
         mime, payload = match.group(1), match.group(2)
@@ -216,7 +242,7 @@ def inert_markdown(source: str, attachments: dict | None = None, *, keep_chars: 
             images[0] -= len(image)
         return f' src="data:{mime};base64,{image}"'
 
-    return INLINE_IMAGE.sub(restore, block)
+    return INLINE_IMAGE.sub(restore, block), limit
 
 
 _PRE = re.compile(r"(<pre\b.*?</pre>)", re.DOTALL | re.IGNORECASE)
@@ -232,6 +258,7 @@ def _one_line(markup: str) -> str:
 
 
 def _capped_markdown(source: str, keep: int) -> str:
+    """``source`` cut to ``keep`` characters, with a note on how many more there were."""
     if len(source) <= keep:
         return source
     return source[:keep] + f"\n\n*[{len(source) - keep:,} more characters of this cell are not shown]*"
