@@ -24,7 +24,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
-from support.pages import Page, assert_inert
+from support.pages import Page
 
 from raydata_grader.inert import GRADER_KEY, InertNotebook, inert_notebook, keep_received, record_cap, recorded_caps
 from raydata_grader.inert_markup import MAX_IMAGE_PIXELS, MAX_MARKDOWN_CELL_CHARS, reencode_image

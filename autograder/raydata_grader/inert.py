@@ -46,7 +46,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from raydata_grader.inert_markup import (IMAGE_FORMATS, INLINE_IMAGE, MAX_IMAGE_CHARS, MAX_MARKDOWN_CELL_CHARS,
+from raydata_grader.inert_markup import (IMAGE_FORMATS, MAX_IMAGE_CHARS, MAX_MARKDOWN_CELL_CHARS,
                                          MAX_MARKDOWN_NOTEBOOK_CHARS, clean_markup, inert_markdown_kept, markdown_chars,
                                          reencode_image, text_of)
 
