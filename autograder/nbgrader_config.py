@@ -62,7 +62,11 @@ c.OverwriteCells.add_missing_cells = True
 #   every Dataset execution there;
 # - LimitOutputSize caps output per cell and per notebook in characters (LimitOutput counts lines);
 # - JudgedGrades (for SaveAutoGrades) scores every grade cell from the judge's verdict, never
-#   from what the kernel printed or raised.
+#   from what the kernel printed or raised;
+# - InertNotebook, last, makes the autograded notebook inert before nbgrader stores it: what the
+#   kernel sent and the student wrote shows as data in every viewer (raydata_grader.inert).
+from raydata_grader.inert import InertNotebook  # noqa: E402
+
 c.Autograde.autograde_preprocessors = [
     TrackedExecute,
     StderrToStdout,
@@ -73,6 +77,7 @@ c.Autograde.autograde_preprocessors = [
     JudgedGrades,
     AssignLatePenalties,
     CheckCellMetadata,
+    InertNotebook,
 ]
 
 # nbgrader renders the autograded notebook, hidden tests included, as the student's feedback
@@ -82,10 +87,12 @@ c.Autograde.autograde_preprocessors = [
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import GetGrades  # noqa: E402
 
-from raydata_grader.feedback import InertMarkdown  # noqa: E402
+from raydata_grader.feedback import InertHTMLExporter, InertMarkdown  # noqa: E402
 
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests, InertMarkdown]
 # A submission's outputs and markdown cells are hostile: feedback pages carry none of their
 # active content (scripts, event handlers, javascript: links). nbconvert cleans outputs with
-# sanitize_html; nbgrader's template renders markdown cells itself, so InertMarkdown cleans those.
+# sanitize_html; nbgrader's template renders markdown cells itself, so InertMarkdown cleans those;
+# and every page carries a Content-Security-Policy under which nothing runs or loads.
 c.HTMLExporter.sanitize_html = True
+c.GenerateFeedback.exporter_class = InertHTMLExporter

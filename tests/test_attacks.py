@@ -11,7 +11,14 @@ expected status and per-cell scores, and for the run as a whole that:
 - no process, file, cgroup or shared-memory segment outlived its notebook, and a daemon that
   wanted to rewrite the grades after the run could not;
 - every feedback page is inert (no script, event handler or ``javascript:`` URL from a
-  submission) and small.
+  submission), carries the grader's Content-Security-Policy, and is small;
+- every notebook the grader stored for a viewer (``submitted/``, ``autograded/``) is inert: it is
+  what :func:`raydata_grader.inert.inert_notebook` makes of itself, and holds no output metadata
+  but numbers for images' sizes, no attachment, no markup that runs; the verbatim copies in
+  ``received/`` are zips, which no viewer renders;
+- the grading process stays under its memory bound (:data:`GRADER_PEAK_GROWTH_BYTES`): its peak
+  resident memory (``VmHWM``, reset through ``/proc/self/clear_refs`` before the attackers are
+  graded) grows by less than that while it grades them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import importlib.util
 import json
 import sys
 import time
+import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -36,6 +44,22 @@ from raydata_grader.paths import oracles_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+#: How much the grading process's peak resident memory may grow while it grades the attackers.
+GRADER_PEAK_GROWTH_BYTES = 512 * MiB
+
+
+def _status_bytes(field: str) -> int:
+    """A memory figure of this process from ``/proc/self/status`` (``VmHWM``: its peak resident set), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _reset_peak_rss() -> int:
+    """Reset this process's ``VmHWM`` to its resident memory now (Linux 4.0+); return that, in bytes."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_bytes("VmRSS")
 
 
 def _load(name: str):
@@ -79,8 +103,16 @@ def _norm(text: str) -> str:
 
 
 def _readable(path: Path) -> str:
-    """A file's text as a reader sees it: a notebook's sources and outputs, a page's text and markup."""
-    raw = path.read_text(errors="replace")
+    """A file's text as a reader sees it: a notebook's sources and outputs, a page's text and markup,
+    each member of a zip as such."""
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as archive:
+            return "\n".join(_readable_text(Path(n), archive.read(n).decode(errors="replace"))
+                             for n in archive.namelist())
+    return _readable_text(path, path.read_text(errors="replace"))
+
+
+def _readable_text(path: Path, raw: str) -> str:
     if path.suffix == ".ipynb":
         try:
             nb = nbformat.reads(raw, as_version=4)
@@ -143,9 +175,13 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
     honest_files = _student_files(out, attacks.HONEST)
 
     start = time.monotonic()
+    rss_before = _reset_peak_rss()
     rows = grade_class(folder / "attackers", out, options)
     wall_s = time.monotonic() - start
-    print(f"\nattack class: {len(rows)} rows in {wall_s:.0f} s")
+    peak_growth = _status_bytes("VmHWM") - rss_before
+    print(f"\nattack class: {len(rows)} rows in {wall_s:.0f} s; the grading process's peak resident memory "
+          f"(VmHWM) {(rss_before + peak_growth) / MiB:.0f} MiB, {peak_growth / MiB:.0f} MiB over its "
+          f"{rss_before / MiB:.0f} MiB at the start")
     for (student, assignment), row in sorted(rows.items()):
         print(f"  {student:8} {assignment} {row.status:8} {row.score:4g}/{row.max_score:g}  {row.message[:120]}")
 
@@ -175,7 +211,7 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
     # and no reference-answer line that the student did not submit themselves
     secrets = secret_lines(ROOT)
     own = {student: _readable(p) for student in {a.student for a in attacks.ATTACKS} | {attacks.HONEST}
-           for p in [next((out / "received" / student).rglob("*.ipynb"), None)] if p is not None}
+           for p in [next((out / "received" / student).rglob("*.zip"), None)] if p is not None}
     leaks = []
     shared = [out / "grades.csv", out / "grades.json", out / "summary.md"]
     per_student = [p for top in ("feedback", "notes", "autograded", "repairs", "work")
@@ -209,10 +245,27 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
     time.sleep(3)
     assert (out / "grades.json").read_text() == grades and "rdg-payload" not in grades
 
+    # ---- the grading process stayed within its bound
+    assert peak_growth < GRADER_PEAK_GROWTH_BYTES, f"the grading process grew by {peak_growth / MiB:.0f} MiB"
+
+    # ---- stored notebooks are inert, the verbatim copies unviewable
+    assert not list((out / "received").rglob("*.ipynb")), "a verbatim copy a viewer would render as a notebook"
+    stored = [p for top in ("submitted", "autograded") for p in (out / top).rglob("*.ipynb")]
+    assert len(stored) >= 2 * 6, stored
+    for path in stored:
+        _assert_stored_inert(path)
+    oscar = nbformat.read(out / "autograded" / "oscar" / attacks.ASSIGNMENT / f"{attacks.ASSIGNMENT}.ipynb", 4)
+    outputs = [o for c in oscar.cells for o in c.get("outputs", [])]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 2 and all(o["metadata"] == {} for o in images), images  # no width, no height: strings
+    assert "characters of output were dropped by the grader" in "".join(o.get("text", "") for o in outputs)
+    assert [len(o["ename"]) for o in outputs if o.get("ename", "").startswith("RdgPayloadEEE")] == [200]
+
     # ---- pages are inert and small
     for page in (out / "feedback").rglob("*.html"):
         text = page.read_text()
         assert len(text) < 2 * MiB, f"{page} is {len(text):,} characters"
+        assert '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'' in text[:2000], page
         scanner = _ActiveContent()
         scanner.feed(text)
         assert not [f for f in scanner.found if "rdg-payload" in f or "alert(" in f or "javascript:" in f
@@ -221,3 +274,26 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
     assert "rdg-payload" in mallory, "the escaped payloads should still be readable as text"
     csv_text = (out / "grades.csv").read_text()
     assert "=HYPERLINK" not in csv_text.replace("'=HYPERLINK", "")
+
+
+def _assert_stored_inert(path: Path) -> None:
+    """A notebook the grader stored holds only inert data, and is its own inert form."""
+    from nbconvert.filters.markdown import markdown2html
+    from support.pages import Page
+
+    from raydata_grader.inert import inert_notebook
+
+    nb = nbformat.read(path, as_version=4)
+    again, _ = inert_notebook(nb, keep_grader_notes=True)
+    assert nbformat.writes(again) == nbformat.writes(nb), f"{path} is not what the inert pass makes of it"
+    for cell in nb.cells:
+        assert "attachments" not in cell, path
+        if cell.cell_type == "markdown":
+            page = Page(markdown2html(cell.source))
+            assert page.scripts == [] and page.handlers() == [], (path, cell.source[:200])
+            assert not {t for t, _ in page.tags} & {"iframe", "svg", "object", "embed", "form", "script", "style"}
+        for output in cell.get("outputs", []):
+            for mime, meta in output.get("metadata", {}).items():
+                assert mime.startswith("image/") and set(meta) <= {"width", "height", "unconfined"}, (path, meta)
+                assert all(isinstance(meta[k], (int, float)) for k in ("width", "height") if k in meta), (path, meta)
+    assert set(nb.metadata) <= {"kernelspec", "language_info", "raydata_grader"}, (path, sorted(nb.metadata))

@@ -19,13 +19,13 @@ import os
 import re
 import shutil
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from support.pages import TEMPLATE_SCRIPT_SRC, Page, assert_inert
 from support.tables import markdown_rows
 
 from raydata_grader.course_dir import nbgrader_api, nbgrader_config
@@ -53,7 +53,8 @@ MARKDOWN_CELL = """# Heading by the student
 <iframe src="javascript:alert('md-iframe')"></iframe> <form action="javascript:alert('md-form')"><button>go</button></form>
 <div style="background:url(javascript:alert('md-style'))" onmouseover="alert('md-hover')">hover</div>
 
-![a dot](data:image/png;base64,iVBORw0KGgo=) [safe](https://example.org/page)
+![a dot](data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC)
+![not a png](data:image/png;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==) [safe](https://example.org/page)
 """
 SVG = ('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(\'svg-onload\')">'
        '<script>alert(\'svg-script\')</script><circle r="4"/></svg>')
@@ -76,62 +77,6 @@ MESSAGES = [
     "a | b | c\n# not a heading\n<img src=x onerror=alert('note-onerror')>\n    not code",
 ]
 REPAIRS = ["cell `answer` was edited: <b onmouseover=alert('repair')>x</b>"]
-
-#: The scripts nbgrader's feedback template (nbconvert's mathjax macro) puts on every page.
-TEMPLATE_SCRIPT_SRC = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
-
-
-class Page(HTMLParser):
-    """What a browser would make of a page: its scripts, tags, attributes and visible text."""
-
-    def __init__(self, text: str):
-        super().__init__(convert_charrefs=True)
-        self.scripts: list[tuple[dict, str]] = []
-        self.tags: list[tuple[str, dict]] = []
-        self.text_parts: list[str] = []
-        self._script: dict | None = None
-        self._script_body: list[str] = []
-        self.feed(text)
-        self.close()
-        self.text = "".join(self.text_parts)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.tags.append((tag, attrs))
-        if tag == "script":
-            self._script, self._script_body = attrs, []
-
-    def handle_endtag(self, tag):
-        if tag == "script" and self._script is not None:
-            self.scripts.append((self._script, "".join(self._script_body)))
-            self._script = None
-
-    def handle_data(self, data):
-        (self._script_body if self._script is not None else self.text_parts).append(data)
-
-    def links(self) -> list[dict]:
-        """The ``<a>`` tags, but the anchor links nbconvert puts in headings."""
-        return [attrs for tag, attrs in self.tags if tag == "a" and attrs.get("class") != "anchor-link"]
-
-    def handlers(self) -> list[tuple[str, str, str]]:
-        return [(tag, k, v) for tag, attrs in self.tags for k, v in attrs.items() if k.startswith("on")]
-
-    def urls(self) -> list[str]:
-        keys = ("href", "src", "action", "formaction", "xlink:href", "data", "srcdoc", "style", "background")
-        return [re.sub(r"[\x00-\x20\s]+", "", v or "").lower() for _, attrs in self.tags for k, v in attrs.items()
-                if k in keys]
-
-
-def assert_inert(page: Page) -> None:
-    """No script but the template's, no event handler, no script URL, no frame or SVG markup."""
-    foreign = [(a, body[:80]) for a, body in page.scripts
-               if not ((a.get("src") or "").startswith(TEMPLATE_SCRIPT_SRC) and not body.strip())
-               and not (a.get("type") == "text/x-mathjax-config" and "alert" not in body)]
-    assert foreign == [], "scripts that are not the template's"
-    assert page.handlers() == [], "event handlers"
-    assert [u for u in page.urls() if "javascript:" in u or "vbscript:" in u or u.startswith("data:text")] == []
-    assert {t for t, _ in page.tags} & {"iframe", "svg", "object", "embed", "form", "base", "frame", "math"} == set()
-
 
 # ------------------------------------------------------------------- a tiny course
 
@@ -217,6 +162,20 @@ def _feedback(course: Path, **overrides) -> Page:
     return Page((course / "feedback" / STUDENT / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text())
 
 
+def assert_content_security_policy(page: Page) -> None:
+    """The page's first tag in its head is the grader's Content-Security-Policy: nothing runs or loads."""
+    from raydata_grader.feedback import CONTENT_SECURITY_POLICY
+
+    head = [i for i, (t, _) in enumerate(page.tags) if t == "head"]
+    assert head, "no <head>"
+    tag, attrs = page.tags[head[0] + 1]
+    assert tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy", page.tags[head[0] + 1]
+    policy = {d.split()[0]: d.split()[1:] for d in attrs["content"].split(";") if d.strip()}
+    assert attrs["content"] == CONTENT_SECURITY_POLICY
+    assert policy["default-src"] == policy["script-src"] == policy["connect-src"] == policy["frame-src"] == ["'none'"]
+    assert policy["img-src"] == ["data:"] and policy["style-src"] == ["'unsafe-inline'"]
+
+
 # ----------------------------------------------------------------------------- tests
 
 
@@ -225,6 +184,7 @@ def test_feedback_page_is_inert_and_still_readable(course):
     path = write_feedback(course, _row(), "graded in 3 s <script>alert('extra')</script>", True)
     text = path.read_text()
     page = Page(text)
+    assert_content_security_policy(page)
     assert "Grader's notes" in page.text and "Test cell" in page.text, "not nbgrader's page: the plain one"
     assert_inert(page)
     assert len([a for a, _ in page.scripts if (a.get("src") or "").startswith(TEMPLATE_SCRIPT_SRC)]) == 1
@@ -267,12 +227,15 @@ def test_sanitize_html_takes_effect_and_markdown_cells_need_inert_markdown(cours
     config = feedback_config(course)
     assert config.HTMLExporter.sanitize_html is True and InertMarkdown in config.GenerateFeedback.preprocessors
     assert_inert(Page(write_feedback(course, _row(), "", True).read_text()))
+    # the policy is on every page nbgrader's generate_feedback writes with the course's configuration
+    assert_content_security_policy(sanitized)
 
 
 def test_markdown_is_capped_before_it_is_rendered():
     """Nested tags make rendering and cleaning grow faster than the text (300,000 characters of
     ``<div>`` took minutes): every markdown cell, and the notebook's markdown in all, is cut first."""
     from raydata_grader.feedback import MAX_MARKDOWN_CELL_CHARS, MAX_MARKDOWN_NOTEBOOK_CHARS
+    from raydata_grader.inert_markup import NOT_SHOWN
 
     nb = new_notebook(cells=[new_markdown_cell("<div>" * 60_000)]
                       + [new_markdown_cell("x" * MAX_MARKDOWN_CELL_CHARS) for _ in range(12)]
@@ -283,7 +246,7 @@ def test_markdown_is_capped_before_it_is_rendered():
     assert sum(lengths) < 3 * MAX_MARKDOWN_NOTEBOOK_CHARS, sum(lengths)
     assert lengths[-2] < 1_000, "the notebook's budget was spent: later cells keep only the note"
     assert "more characters of this cell are not shown" in nb.cells[0].source
-    assert "12 more characters" in nb.cells[-1].source  # the notebook's budget is spent by then
+    assert nb.cells[-1].source == NOT_SHOWN  # the notebook's budget is spent by then
 
 
 def test_error_outputs_count_against_the_notebooks_output_cap():
@@ -307,6 +270,7 @@ def test_plain_feedback_escapes_every_field():
     row = _row(status="graded<b onmouseover=alert('status')>", student="eve", assignment="ps1<i onclick=x>")
     page = Page(_plain_feedback(row))
     assert_inert(page)
+    assert_content_security_policy(page)
     assert page.scripts == [] and page.handlers() == []
     assert "Status: graded<b onmouseover=alert('status')>" in page.text and "ps1<i onclick=x>" in page.text
     assert "<script>alert('note')</script>" in page.text and "cell `answer` was edited" in page.text

@@ -497,7 +497,8 @@ def test_a_job_refuses_a_machine_with_another_installation():
 def test_merging_a_result_keeps_its_files_inside_the_grading_folder(tmp_path):
     job = GradeJob("ann", ASSIGNMENT, b"{}", None, JobLimits(180, 1200, 6 * GiB, 20_000), "")
     result = JobResult("ann", ASSIGNMENT, "crashed", 0.0, {}, ["x"], 1.0, 1.0, "n1",
-                       autograded={f"{ASSIGNMENT}.ipynb": b"{}", "../../escape.txt": b"no", "/etc/escape": b"no"},
+                       autograded={f"{ASSIGNMENT}.ipynb": nbformat.writes(nbformat.v4.new_notebook()).encode(),
+                                   "../../escape.txt": b"no", "/etc/escape": b"no"},
                        work={"result.json": b"{}", "../up.json": b"no"})
     merge_result(tmp_path, job, result)
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())

@@ -7,13 +7,18 @@ One nbgrader could not grade (missing, invalid, crashed before grading) gets a s
 saying why and what to do.
 
 Pages are inert: nothing a submission wrote (cell outputs, markdown cells, the messages its
-code raised) runs when a page is opened. nbconvert sanitizes the outputs
-(``HTMLExporter.sanitize_html``: ``text/html`` and ``text/markdown`` outputs go through its
-``clean_html`` filter, JavaScript outputs and widgets are left out, SVG is shown as an image);
-nbgrader's feedback template renders markdown cells itself, without that filter, so
-:class:`InertMarkdown` renders and cleans them first. The grader's notes are escaped as they
-are written (:func:`~raydata_grader.records.escape_markdown`); the plain page escapes
-everything it shows (:func:`html.escape`).
+code raised) runs when a page is opened. The notebook a page is made from is already inert
+(:mod:`raydata_grader.inert` rewrote it when it was stored), and three walls stand behind that,
+for a notebook that was not (``nbgrader generate_feedback`` by hand on another course):
+nbconvert sanitizes the outputs (``HTMLExporter.sanitize_html``: ``text/html`` and
+``text/markdown`` outputs go through its ``clean_html`` filter, JavaScript outputs and widgets
+are left out, SVG is shown as an image); :class:`InertMarkdown` renders and cleans markdown
+cells, which nbgrader's feedback template renders without that filter; and every page carries
+a Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY`, written by
+:class:`InertHTMLExporter`) under which a browser runs no script and loads nothing but
+``data:`` images. The grader's notes are escaped as they are written
+(:func:`~raydata_grader.records.escape_markdown`); the plain page escapes everything it shows
+(:func:`html.escape`) and carries the same policy.
 """
 
 from __future__ import annotations
@@ -23,104 +28,57 @@ import re
 import shutil
 from pathlib import Path
 
+from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer
 
 from raydata_grader.course_dir import nbgrader_api, nbgrader_config
+from raydata_grader.inert_markup import (MAX_MARKDOWN_CELL_CHARS, MAX_MARKDOWN_NOTEBOOK_CHARS, clean_markup,
+                                         inert_markdown, markdown_chars)
 from raydata_grader.records import Row, escape_markdown
 
-__all__ = ["write_feedback", "feedback_config", "InertMarkdown", "inert_markdown", "clean_markup"]
+__all__ = ["write_feedback", "feedback_config", "InertMarkdown", "InertHTMLExporter", "CONTENT_SECURITY_POLICY",
+           "with_csp", "inert_markdown", "clean_markup"]
 
-#: Tags a cleaned markdown cell keeps (what Markdown renders to); any other is shown as text.
-SAFE_TAGS = frozenset({
-    "a", "abbr", "acronym", "b", "blockquote", "br", "caption", "code", "dd", "del", "div", "dl", "dt", "em",
-    "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "kbd", "li", "ol", "p", "pre", "s", "span", "strong",
-    "sub", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"})
-#: Images a cleaned cell may embed as ``data:`` URLs (raster only; attachments, pasted images).
-_DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp)[;,]")
-#: What browsers ignore in a URL (so ``java\tscript:`` is ``javascript:``), as bleach strips it.
-_URL_BLANKS = re.compile(r"[\x00-\x20\x7f-\xa0\s]+")
 #: Output types shown instead as their ``text/plain`` form when they have one (sanitized HTML
 #: loses most of its tags, and scripts and widgets are left out altogether).
 RICH_TYPES = ("application/javascript", "application/vnd.jupyter.widget-view+json", "text/html", "text/markdown")
+#: The Content-Security-Policy of every page the grader writes: nothing runs, loads or
+#: connects (no scripts, frames, objects, forms, fonts or connections), images only from
+#: ``data:`` URLs, and the inline styles the templates carry.
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                           "font-src 'none'; connect-src 'none'; frame-src 'none'; child-src 'none'; "
+                           "object-src 'none'; media-src 'none'; form-action 'none'; base-uri 'none'")
+_CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
+_HEAD = re.compile(r"<head(?:\s[^>]*)?>", re.IGNORECASE)
 
 
-def _allowed_attribute(tag: str, name: str, value: str) -> bool:
-    """bleach's attribute filter: layout attributes, and URLs that cannot run anything."""
-    if name in ("class", "id", "title"):
-        return True
-    url = _URL_BLANKS.sub("", value or "").lower()
-    if tag == "a":
-        return name == "href" and not url.startswith("data:")
-    if tag == "img":
-        if name == "src":
-            return not url.startswith("data:") or bool(_DATA_IMAGE.match(url))
-        return name in ("alt", "width", "height")
-    if tag in ("th", "td"):
-        return name in ("style", "colspan", "rowspan", "align")
-    return False
+def with_csp(page: str) -> str:
+    """``page`` (HTML) with :data:`CONTENT_SECURITY_POLICY` as a ``<meta>`` tag, first in its ``<head>``.
 
-
-def clean_markup(markup: str) -> str:
-    """``markup`` (HTML) with only :data:`SAFE_TAGS`, harmless attributes and safe URLs left.
-
-    Other tags (``script``, ``iframe``, ``svg``, ``style``...) are escaped, so they show as
-    text; event handlers (``onerror=``) and ``style`` (but a table cell's ``text-align``) are
-    dropped; links keep only ``http``, ``https``, ``mailto`` and relative URLs, images also
-    ``data:`` PNG, JPEG, GIF or WebP. Uses bleach, as nbconvert's own ``clean_html`` does.
+    Raises:
+        ValueError: if ``page`` has no ``<head>`` tag.
 
     Examples:
-        >>> clean_markup('<p onclick="x()">hi <a href="javascript:alert(1)">a</a></p><script>alert(1)</script>')
-        '<p>hi <a>a</a></p>&lt;script&gt;alert(1)&lt;/script&gt;'
+        >>> with_csp("<!DOCTYPE html><html><head><title>t</title></head></html>")[:69]
+        '<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy"'
     """
-    import bleach
-
-    kwargs = {}
-    try:
-        from bleach.css_sanitizer import CSSSanitizer
-
-        kwargs["css_sanitizer"] = CSSSanitizer(allowed_css_properties=["text-align"])
-    except ImportError:  # tinycss2 missing: bleach then drops every style attribute
-        pass
-    return bleach.clean(markup, tags=SAFE_TAGS, attributes=_allowed_attribute,
-                        protocols=["http", "https", "mailto", "data"], strip=False, strip_comments=True, **kwargs)
+    match = _HEAD.search(page)
+    if match is None:
+        raise ValueError("the page has no <head> tag for the Content-Security-Policy: it is not a page the grader made")
+    return page[:match.end()] + _CSP_META + page[match.end():]
 
 
-def _render_markdown(source: str, attachments: dict | None = None) -> str:
-    """``source`` rendered the way nbconvert's HTML exporter renders a markdown cell."""
-    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+class InertHTMLExporter(HTMLExporter):
+    """nbconvert's HTML exporter, each page it writes with :data:`CONTENT_SECURITY_POLICY` (:func:`with_csp`).
 
-    renderer = IPythonRenderer(escape=False, attachments=attachments or {}, embed_images=False, path="")
-    return MarkdownWithMath(renderer=renderer).render(source)
-
-
-def inert_markdown(source: str, attachments: dict | None = None) -> str:
-    """Markdown that nbgrader's template renders into the cleaned HTML of ``source``.
-
-    ``source`` is rendered as nbconvert would (math left to MathJax), cleaned with
-    :func:`clean_markup`, and put on one line in a ``<div>`` (its line breaks as ``&#10;``),
-    which Markdown passes through untouched as an HTML block. Should this Markdown renderer
-    not pass it through unchanged, the cell's text is shown escaped instead
-    (:func:`~raydata_grader.records.escape_markdown`, one line per line).
-
-    Args:
-        source: a markdown cell's source.
-        attachments: the cell's attachments, for ``attachment:`` images.
-
-    Returns:
-        The new source.
+    nbgrader's ``GenerateFeedback`` exports with the class its ``exporter_class`` names, so
+    this puts the policy on every feedback page, whoever runs ``generate_feedback``.
     """
-    cleaned = clean_markup(_render_markdown(source, attachments))
-    block = '<div class="raydata-inert">' + re.sub(r"\r\n?|\n", "&#10;", cleaned.strip()) + "</div>"
-    if _render_markdown(block).strip() == block:
-        return block
-    return "\n\n".join(escape_markdown(line) for line in source.splitlines() if line.strip())
 
-
-#: Markdown shown per cell and per notebook in feedback, in characters (the releases' longest
-#: cell is under 2,000; a page of nested tags takes minutes to render past 100,000).
-MAX_MARKDOWN_CELL_CHARS = 20_000
-MAX_MARKDOWN_NOTEBOOK_CHARS = 200_000
+    def from_notebook_node(self, nb, resources=None, **kw):
+        output, resources = super().from_notebook_node(nb, resources, **kw)
+        return with_csp(output), resources
 
 
 class InertMarkdown(NbGraderPreprocessor):
@@ -148,13 +106,11 @@ class InertMarkdown(NbGraderPreprocessor):
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
+        keep = None
         if cell.get("cell_type") == "markdown":
-            # Rendering and cleaning grow faster than the text (nested tags): cap it first.
+            # Rendering and cleaning grow faster than the text (nested tags): cut it first
+            # (:func:`inert_markdown`; the data of images the grader inlined do not count).
             keep = max(min(self.max_cell_chars, self._left), 0)
-            if len(cell.source) > keep:
-                cell.source = (cell.source[:keep] + f"\n\n*[{len(cell.source) - keep:,} more characters of this "
-                               "cell are not shown]*")
-            self._left -= min(len(cell.source), keep)
         info = cell.get("metadata", {}).get("nbgrader")
         if isinstance(info, dict):
             if "grade_id" in info:
@@ -162,7 +118,9 @@ class InertMarkdown(NbGraderPreprocessor):
             if isinstance(info.get("comment"), str):
                 info["comment"] = inert_markdown(info["comment"])
         if cell.get("cell_type") == "markdown":
-            cell.source = inert_markdown(cell.source, cell.get("attachments"))
+            cell.source = inert_markdown(cell.source, cell.get("attachments"), keep_chars=keep)
+            self._left -= min(markdown_chars(cell.source), keep)
+            cell.pop("attachments", None)
         for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             data = output.get("data")
             if isinstance(data, dict) and "text/plain" in data:
@@ -204,7 +162,7 @@ def _plain_feedback(row: Row) -> str:
     e = html.escape
     items = "".join(f"<li>{e(m)}</li>" for m in _notes(row))
     repairs = "".join(f"<li>{e(r)}</li>" for r in row.repairs)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(row.assignment)} feedback</title></head>"
+    return (f"<!DOCTYPE html><html><head>{_CSP_META}<meta charset='utf-8'><title>{e(row.assignment)} feedback</title></head>"
             f"<body><h1>{e(row.assignment)}: {e(row.student)}</h1>"
             f"<p><b>Status: {e(row.status)}</b>, score {e(f'{row.score:g}')} / {e(f'{row.max_score:g}')}</p>"
             f"<ul>{items}</ul>"
@@ -216,8 +174,9 @@ def feedback_config(out: Path):
     """The nbgrader configuration ``write_feedback`` runs ``generate_feedback`` with, in ``out``.
 
     nbgrader's preprocessors and the course's (hidden tests hidden, the grader's notes from
-    ``<out>/notes`` on top, :class:`InertMarkdown` last), and ``HTMLExporter.sanitize_html``
-    on: nbgrader's ``GenerateFeedback`` exports with an ``HTMLExporter`` configured from the
+    ``<out>/notes`` on top, :class:`InertMarkdown` last), ``HTMLExporter.sanitize_html`` on,
+    and :class:`InertHTMLExporter` (the page's Content-Security-Policy): nbgrader's
+    ``GenerateFeedback`` exports with its ``exporter_class``, configured from the
     ``HTMLExporter`` section.
 
     Returns:
@@ -232,6 +191,7 @@ def feedback_config(out: Path):
         "GenerateFeedback.preprocessors": [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests, GraderNotes,
                                            InertMarkdown],
         "GraderNotes.notes_directory": str(out / "notes"),
+        "GenerateFeedback.exporter_class": InertHTMLExporter,
         "HTMLExporter.sanitize_html": True})
 
 

@@ -7,14 +7,14 @@ the notebook) or holding one zip per student (``<student>.zip`` with ``<assignme
 inside, or any zip whose single top-level folder is the student id), and:
 
 1. **collects** every candidate notebook per student and assignment without touching the
-   originals (a verbatim copy goes to ``DIR/received/``). Every folder or zip name is a student,
-   kept in the rows; their files go under a short key of it (:mod:`.student_names`). A student
-   who submitted twice is graded on the latest submission (its folder's ``timestamp.txt``, else
-   the file's date on disk; dates inside a zip are ignored). A symlink, an oversized or corrupt
-   file, a zip that names another student, a notebook outside its assignment's folder or of
-   another exercise: each is ``invalid`` with a reason (:mod:`.strays`), and the run goes on;
-2. **lints and repairs** each notebook against the release (:mod:`raydata_course.classroom.lint`) and writes the
-   repaired copy to nbgrader's ``DIR/submitted/``; files that are not notebooks are
+   originals (a verbatim copy goes to ``DIR/received/``, zipped). Every folder or zip name is a
+   student, kept in the rows; their files go under a short key of it (:mod:`.student_names`). A
+   student who submitted twice is graded on the latest submission (its folder's ``timestamp.txt``,
+   else the file's date on disk; dates inside a zip are ignored). A symlink, an oversized or
+   corrupt file, a zip that names another student, a notebook outside its assignment's folder or
+   of another exercise: each is ``invalid`` with a reason (:mod:`.strays`), and the run goes on;
+2. **lints and repairs** each notebook against the release (:mod:`raydata_course.classroom.lint`), makes it
+   inert (:mod:`.inert`) and writes it to nbgrader's ``DIR/submitted/``; files that are not notebooks are
    ``invalid``, absent ones ``missing``;
 3. **autogrades** each notebook with nbgrader's ``autograde`` in a job of its own
    (:mod:`.jobs`): a private nbgrader course on the machine that runs it, a worker process
@@ -75,6 +75,7 @@ from raydata_course.layout import GRADER_CELL_TIMEOUT_S
 from raydata_course.units import GiB
 from raydata_grader.course_dir import assignment_duedate, ensure_course
 from raydata_grader.feedback import write_feedback
+from raydata_grader.inert import inert_notebook, keep_received
 from raydata_grader.integrity import IntegrityError, check_integrity
 from raydata_grader.intake import choose, collect_submissions
 from raydata_grader.jobs import (UNSANDBOXED_NOTE, WORKER_ALLOWANCE_BYTES, GradeJob, JobLimits, KitCorrupted,
@@ -198,15 +199,13 @@ def _sandbox_support(options: GradeOptions, log):
 
 def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, limits: JobLimits,
           graded_at: str, exercises: dict[str, frozenset[str]] | None = None) -> tuple[Row | None, Planned | None]:
-    """Keep a verbatim copy of a chosen submission, lint and repair it (as a notebook of another of
-    ``exercises``, invalid); return its row (invalid) or its job, filed under the student's key."""
+    """Keep a verbatim copy of a chosen submission (zipped: no viewer renders it), lint and repair it (as a
+    notebook of another of ``exercises``, invalid), and make it inert
+    (:func:`~raydata_grader.inert.inert_notebook`); return its row (invalid) or its job, filed under the
+    student's key."""
     student, assignment = cand.student, cand.assignment
     key = student_key(student)
-    received = out / "received" / key / assignment
-    if received.exists():
-        shutil.rmtree(received)
-    received.mkdir(parents=True)
-    (received / Path(cand.origin.split("!")[-1]).name).write_bytes(cand.data)
+    keep_received(out / "received" / key / assignment, cand.origin.split("!")[-1], cand.data)
     lint = lint_notebook(cand.data, release_nb, exercise=assignment, exercises=exercises)
     if lint.status == "invalid":
         notes = ([note] if note else []) + lint.problems
@@ -217,13 +216,15 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
     if sub_dir.exists():
         shutil.rmtree(sub_dir)
     sub_dir.mkdir(parents=True)
-    data = nbformat.writes(lint.notebook).encode("utf-8")
+    notebook, cut = inert_notebook(lint.notebook)
+    data = nbformat.writes(notebook).encode("utf-8")
     (sub_dir / f"{assignment}.ipynb").write_bytes(data)
     if cand.timestamp_text:
         (sub_dir / "timestamp.txt").write_text(cand.timestamp_text + "\n")
     job = GradeJob(key, assignment, data, cand.timestamp_text, limits, installation_digest())
     findings = [f.describe() for f in find_forging(lint.notebook, release_nb)]
-    return None, Planned(job, note, digest, lint.status, lint.repairs, student=student, findings=findings)
+    return None, Planned(job, "; ".join([note] + cut if note else cut), digest, lint.status, lint.repairs,
+                         student=student, findings=findings)
 
 
 def _runner(options: GradeOptions, kits: dict[str, CourseKit], support, log):

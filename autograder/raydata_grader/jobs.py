@@ -38,6 +38,7 @@ import nbformat
 from raydata_course.layout import GRADING_CPUS, HEADLESS_ENV, MACHINE_CPUS_ENV, PROGRESS_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB
 from raydata_grader.gradebook import GradebookRecord
+from raydata_grader.inert import recorded_caps
 from raydata_grader.kit import CourseKit, files_under, installation_digest, sha256
 from raydata_grader.outcome import classify, read_json
 from raydata_grader.sandbox import run_limited
@@ -149,7 +150,8 @@ class JobResult:
         status: ``graded``, ``timeout`` or ``crashed`` (:func:`raydata_grader.outcome.classify`).
         score: points earned.
         cells: ``{grade_id: [score, max_score]}`` (empty when nothing was graded).
-        messages: one sentence per thing that went wrong (the unsandboxed note included).
+        messages: one sentence per thing that went wrong (the unsandboxed note, and what the
+            output caps cut, included).
         wall_s: wall time of the autograde, in seconds.
         cpu_s: CPU time of the autograde, in seconds (:func:`cpu_seconds`).
         node: the host name of the machine that graded it.
@@ -315,6 +317,7 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
             record = GradebookRecord.from_json(result["gradebook"])
         autograded_dir = course / "autograded" / job.student / job.assignment
         autograded = files_under(autograded_dir) if autograded_dir.is_dir() else {}
+        messages += recorded_caps(autograded.get(f"{job.assignment}.ipynb", b""))  # output the caps cut
         work_files = {p.name: p.read_bytes() for p in (result_path, progress_path) if p.is_file()}
         if log_path.is_file():
             with open(log_path, "rb") as f:

@@ -6,12 +6,16 @@ In autograde:
   in its sandbox (:class:`raydata_grader.kernel_sandbox.SandboxedKernelManager`) when the
   grader asks for one; it records which cell it is running, so that when a kernel dies
   (``os._exit``, a segfault, the memory limit) the grader can say which cell killed it; it
-  caps output while it collects it, per cell and per notebook, so that a kernel cannot fill
-  the grader's memory; and after each grade cell it has the kernel serve that cell's check to
+  caps output while it collects it, per cell and per notebook, every field counted (metadata,
+  error names and tracebacks too), so that a kernel cannot fill the grader's memory; and
+  after each grade cell it has the kernel serve that cell's check to
   the judge (:mod:`raydata_grader.judge`), and shows the verdict under the cell;
 - :class:`StderrToStdout`, after ``Execute``: Ray's log lines on stderr are not failures;
-- :class:`LimitOutputSize` caps each cell's output in characters, and the notebook's.
-  nbgrader's ``LimitOutput`` counts *lines*, so ``print("x" * 50_000_000)`` keeps all 50 MB;
+- :class:`~raydata_grader.output_caps.LimitOutputSize` (:mod:`raydata_grader.output_caps`,
+  importable from here) caps each cell's output in characters, and the notebook's. nbgrader's
+  ``LimitOutput`` counts *lines*, so ``print("x" * 50_000_000)`` keeps all 50 MB. It and
+  ``TrackedExecute`` note what they cut in the notebook's metadata
+  (:func:`raydata_grader.inert.record_cap`), and the grader puts that in the submission's row;
 - :class:`JudgedGrades` is nbgrader's ``SaveAutoGrades`` with the score of every grade cell
   taken from the judge's verdict, never from what the kernel printed or raised: a cell
   scores its points when the judge passed it and the cell itself raised no error.
@@ -38,6 +42,8 @@ from nbgrader.utils import is_grade
 from traitlets import Bool, Integer, Unicode
 
 from raydata_course.layout import PROGRESS_ENV
+from raydata_grader.inert import GRADER_KEY, record_cap
+from raydata_grader.output_caps import LimitOutputSize, output_chars as _output_chars, shrunk_error as _shrunk_error
 
 __all__ = ["TrackedExecute", "StderrToStdout", "LimitOutputSize", "JudgedGrades", "HideHiddenTests", "GraderNotes",
            "HIDDEN_PASSED", "NOTE_PREFIX", "NOTE_PREFIXES"]
@@ -78,15 +84,6 @@ class StderrToStdout(NbGraderPreprocessor):
                 if output.get("output_type") == "stream" and output.get("name") == "stderr":
                     output["name"] = "stdout"
         return cell, resources
-
-
-def _output_chars(content: dict) -> int:
-    """Characters an output's message content will take in the notebook."""
-    if "text" in content:
-        return len(content.get("text") or "")
-    size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in (content.get("data") or {}).values())
-    size += sum(len(line) for line in content.get("traceback") or []) + len(str(content.get("evalue", "")))
-    return size
 
 
 def _is_hidden(cell) -> bool:
@@ -134,10 +131,11 @@ class TrackedExecute(Execute):
 
     # -- output caps while collecting
     def _admit(self, content: dict, cell_index: int) -> bool:
-        size = _output_chars(content)
-        if (self._collected[cell_index] + size > self.collect_cell_chars
-                or self._collected_total + size > self.collect_notebook_chars):
-            self._dropped[cell_index] += size
+        room = min(self.collect_cell_chars - self._collected[cell_index],
+                   self.collect_notebook_chars - self._collected_total)
+        size = _output_chars(content, limit=max(room, 0))
+        if size > room:
+            self._dropped[cell_index] += _output_chars(content)
             return False
         self._collected[cell_index] += size
         self._collected_total += size
@@ -145,9 +143,20 @@ class TrackedExecute(Execute):
 
     def output(self, outs, msg, display_id, cell_index):
         if msg.get("msg_type") in ("stream", "display_data", "execute_result", "error"):
-            if not self._admit(msg.get("content") or {}, cell_index):
+            if not self._admit(msg.get("content") if isinstance(msg.get("content"), dict) else {}, cell_index):
                 return None
         return super().output(outs, msg, display_id, cell_index)
+
+    def on_cell_executed(self, **kwargs):
+        """nbgrader's hook, which adds the execute reply's error to the cell when no output of the
+        cell has its name: over the per-cell cap, that error comes cut
+        (:data:`~raydata_grader.output_caps.SHRUNK_ERROR`)."""
+        content = (kwargs.get("execute_reply") or {}).get("content")
+        if isinstance(content, dict) and content.get("status") == "error":
+            fields = {k: content.get(k) for k in ("ename", "evalue", "traceback")}
+            if _output_chars(fields, limit=self.collect_cell_chars) > self.collect_cell_chars:
+                content.update(_shrunk_error(fields))
+        return super().on_cell_executed(**kwargs)
 
     def _update_display_id(self, display_id, msg):
         if not self._admit(msg.get("content") or {}, -1):
@@ -181,7 +190,14 @@ class TrackedExecute(Execute):
                                  "unsandboxed kernel. Grade students' submissions with `make grade`.", assignment)
             resources.setdefault("raydata_grader", {})["verdicts"] = judge.verdicts
             self._judge_now = judge
-            return super().preprocess(nb, resources, km)
+            nb.get("metadata", {}).pop(GRADER_KEY, None)  # only the grader writes its notes
+            nb, resources = super().preprocess(nb, resources, km)
+            dropped = sum(self._dropped.values())
+            if dropped:
+                record_cap(nb, f"{dropped:,} characters of output were dropped while the notebook ran (the grader "
+                               f"collects at most {self.collect_cell_chars:,} per cell and "
+                               f"{self.collect_notebook_chars:,} per notebook, metadata and error fields included)")
+            return nb, resources
 
     # -- tracking and judging
     def _progress(self, index: int, cell, judging: bool) -> None:
@@ -230,70 +246,6 @@ class TrackedExecute(Execute):
             if verdict.message:  # a passing check's note (a margin), labelled with where its figures come from
                 prefix = NOTE_PREFIXES.get(verdict.note_source, NOTE_PREFIXES[""])
                 cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=f"{prefix}{verdict.message}\n"))
-
-
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n... output truncated by the grader ({len(text):,} characters in all) ...\n"
-
-
-class LimitOutputSize(NbGraderPreprocessor):
-    """Cap each code cell's output at ``max_chars`` characters, and the notebook's at ``max_notebook_chars``.
-
-    Streams and error texts are cut; rich outputs (images, HTML) larger than what is left are
-    replaced by a one-line note. Once the notebook's budget is spent, later cells keep only
-    a note (the judge's verdicts, appended last, always stay).
-    """
-
-    max_chars = Integer(20_000, help="largest output, in characters, kept per cell").tag(config=True)
-    max_notebook_chars = Integer(200_000, help="output, in characters, kept per notebook").tag(config=True)
-
-    def preprocess(self, nb, resources):
-        self._left = self.max_notebook_chars
-        return super().preprocess(nb, resources)
-
-    def preprocess_cell(self, cell, resources, index):
-        if cell.get("cell_type") != "code":
-            return cell, resources
-        budget = min(self.max_chars, max(self._left, 0))
-        used, kept = 0, []
-        outputs = cell.get("outputs", [])
-        last_error = max((i for i, o in enumerate(outputs) if o.get("output_type") == "error"), default=-1)
-        verdict = _verdict_outputs(outputs)
-        for i, output in enumerate(outputs):
-            kind = output.get("output_type")
-            if kind == "stream":
-                if i in verdict:
-                    kept.append(output)  # the verdict and its note, which the grader appended last
-                    continue
-                if used >= budget:
-                    continue
-                output["text"] = _truncate(output.get("text", ""), budget - used)
-                used += len(output["text"])
-            elif kind in ("display_data", "execute_result"):
-                size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in output.get("data", {}).values())
-                if used + size > budget:
-                    output["data"] = {"text/plain": f"[an output of {size:,} characters was removed by the grader]"}
-                    output["metadata"] = {}
-                else:
-                    used += size
-            elif kind == "error":
-                # The last error stays whatever the budget (the judge's verdict, or the error that
-                # ended the cell); earlier ones (a kernel may publish many) count like any output.
-                output["evalue"] = _truncate(str(output.get("evalue", "")), self.max_chars)
-                traceback = [_truncate(str(line), self.max_chars) for line in output.get("traceback", [])][-50:]
-                while len(traceback) > 1 and sum(map(len, traceback)) > self.max_chars:
-                    traceback.pop(0)  # the innermost frames, where the error was raised, stay
-                output["traceback"] = traceback
-                size = len(output["evalue"]) + sum(len(line) for line in output["traceback"])
-                if i != last_error and used + size > budget:
-                    continue
-                used += size
-            kept.append(output)
-        self._left -= used
-        cell["outputs"] = kept
-        return cell, resources
 
 
 class JudgedGrades(SaveAutoGrades):

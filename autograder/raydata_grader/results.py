@@ -4,8 +4,10 @@ The grading run (:mod:`raydata_grader.grade`) takes each :class:`~raydata_grader
 as it comes, from whichever machine graded it, and here, in the run's own process and one at a
 time, makes it part of the one grading folder:
 
-- :func:`merge_result` checks that the result is the job's, writes the autograded notebook into ``autograded/<key>/<id>/`` and
-  the worker's files into ``work/<key>/<id>/`` (``<key>``: the job's student, the student's folder key), and applies the submission's gradebook
+- :func:`merge_result` checks that the result is the job's, writes the autograded notebook, made
+  inert (:func:`raydata_grader.inert.inert_notebook`), into ``autograded/<key>/<id>/`` (with its
+  ``timestamp.txt``, and no other file) and the worker's files into ``work/<key>/<id>/``
+  (``<key>``: the job's student, the student's folder key), and applies the submission's gradebook
   record to the class's gradebook (:func:`raydata_grader.gradebook.apply_record`);
 - :func:`row_of` makes its row of ``grades.csv`` from the result and what lint found, holding
   for review the points that rest on reported facts when the notebook holds code that could
@@ -22,7 +24,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+
 from raydata_grader.gradebook import apply_record
+from raydata_grader.inert import inert_notebook
 from raydata_grader.jobs import GradeJob, JobResult, JobStopped
 from raydata_grader.kit import CourseKit
 from raydata_grader.records import Row
@@ -63,10 +68,13 @@ def _safe_name(name: str) -> bool:
 def merge_result(out: Path, job: GradeJob, result: JobResult) -> None:
     """Put a job's autograded notebook, gradebook record and work files into the grading folder.
 
-    Where they go is the job's (the run's own) student and assignment, not what came back.
+    Where they go is the job's (the run's own) student and assignment, not what came back. The
+    notebook is stored inert (:func:`~raydata_grader.inert.inert_notebook`), whatever the job
+    sent; of the other files in its folder only ``timestamp.txt`` is kept.
 
     Raises:
         ValueError: if the result or its gradebook record is another submission's.
+        nbformat.ValidationError, json.JSONDecodeError: if the autograded notebook is not one.
         nbgrader.api.MissingEntry: if the class's gradebook lacks a cell of the record.
     """
     student, assignment = job.student, job.assignment
@@ -78,9 +86,13 @@ def merge_result(out: Path, job: GradeJob, result: JobResult) -> None:
     if autograded.exists():
         shutil.rmtree(autograded)
     for name, data in result.autograded.items():
-        if _safe_name(name):
-            (autograded / name).parent.mkdir(parents=True, exist_ok=True)
-            (autograded / name).write_bytes(data)
+        if name == f"{assignment}.ipynb":
+            notebook, _ = inert_notebook(nbformat.reads(data.decode("utf-8"), as_version=4), keep_grader_notes=True)
+            data = nbformat.writes(notebook).encode("utf-8")
+        elif name != "timestamp.txt":
+            continue
+        autograded.mkdir(parents=True, exist_ok=True)
+        (autograded / name).write_bytes(data)
     if result.gradebook is not None:
         apply_record(out, result.gradebook)
     work = out / "work" / student / assignment

@@ -4,11 +4,13 @@ Every name, size, date and byte here comes from a student, so nothing is trusted
 opened without following links (``O_NOFOLLOW``) and checked with ``fstat`` before it is read;
 no read takes more than its limit + 1 bytes, whatever a header says; a zip's central
 directory is checked (members, sizes, compression ratios, methods) before anything in it is
-unpacked (:mod:`raydata_grader.submission_zips`). What cannot be used raises :class:`_Refused`
-with a reason for the student, which :mod:`raydata_grader.intake` turns into an ``invalid``
-row. The limits are this module's constants, with their units in their names. A notebook
-found becomes a :class:`Candidate`; what cannot be graded, an entry of :class:`Unusable`; what
-was handed in outside an assignment's folder, a :class:`Stray`.
+unpacked (:mod:`raydata_grader.submission_zips`). A notebook's bytes, once read, are checked
+against the caps of :mod:`raydata_grader.notebook_caps` (JSON values, cells, attachments)
+before anything parses them. What cannot be used raises :class:`_Refused` with a reason for
+the student, which :mod:`raydata_grader.intake` turns into an ``invalid`` row. The limits are
+this module's constants, with their units in their names. A notebook found becomes a
+:class:`Candidate`; what cannot be graded, an entry of :class:`Unusable`; what was handed in
+outside an assignment's folder, a :class:`Stray`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from raydata_course.units import MiB
+from raydata_grader.notebook_caps import notebook_cap_problem
 
 __all__ = [
     "Candidate",
@@ -234,6 +237,8 @@ def _open_regular(path: Path, shown: str, what: str, max_bytes: int) -> tuple[in
 
 
 def _read_file(path: Path, shown: str, what: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """A file's bytes and its ``fstat``, within ``max_bytes``; a ``"notebook"`` also within the caps on
+    what it carries (:func:`_check_caps`). Raises :class:`_Refused` with the reason."""
     fd, st = _open_regular(path, shown, what, max_bytes)
     try:
         data = _read_capped(lambda n: os.read(fd, n), max_bytes)
@@ -243,7 +248,16 @@ def _read_file(path: Path, shown: str, what: str, max_bytes: int) -> tuple[bytes
         os.close(fd)
     if len(data) > max_bytes:
         raise _Refused(f"{shown} grew past the {_mib(max_bytes)} limit for a {what} while it was being read: {_AGAIN}")
+    if what == "notebook":
+        _check_caps(data, shown)
     return data, st
+
+
+def _check_caps(data: bytes, shown: str) -> None:
+    """Refuse a notebook whose bytes carry more than the grader takes (:func:`notebook_cap_problem`)."""
+    problem = notebook_cap_problem(data)
+    if problem:
+        raise _Refused(f"{shown}: {problem}")
 
 
 def _entries(path: Path) -> list[os.DirEntry]:

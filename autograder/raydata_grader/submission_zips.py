@@ -23,6 +23,7 @@ from raydata_grader.student_names import student_name
 from raydata_grader.submission_files import (
     _AGAIN,
     _CLEAR,
+    _check_caps,
     MAX_NOTEBOOK_BYTES,
     MAX_NOTEBOOKS_PER_ASSIGNMENT,
     MAX_STRAY_NOTEBOOKS,
@@ -254,6 +255,7 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) ->
     if len(data) > MAX_NOTEBOOK_BYTES:
         raise _Refused(f"{shown}: {member} unpacks to more than its zip header says (over the "
                        f"{_mib(MAX_NOTEBOOK_BYTES)} limit): make the zip again and {_AGAIN}")
+    _check_caps(data, f"{shown}: {member}")
     return data
 
 
