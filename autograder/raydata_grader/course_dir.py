@@ -237,7 +237,7 @@ def autograde(
         extra: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             if sandbox is not None:
-                from raydata_grader.kernel_sandbox import SANDBOX_UID, KernelJail, SandboxLimits
+                from raydata_grader.kernel_sandbox import KernelJail, SandboxLimits
 
                 jail = stack.enter_context(KernelJail(
                     sandbox, limits or SandboxLimits(), base / "kernel",
@@ -245,8 +245,8 @@ def autograde(
                 extra = {"TrackedExecute.sandboxed": True,
                          "SandboxedKernelManager.jail_prefix": jail.wrap([]),
                          "SandboxedKernelManager.ipc_dir": str(jail.ipc_dir),
-                         "SandboxedKernelManager.sandbox_uid": SANDBOX_UID if sandbox.level == "root" else -1}
-                info["cgroup_dirs"] = [str(d) for d in jail.cgroup_dirs]
+                         "SandboxedKernelManager.sandbox_uid": jail.uid if sandbox.level == "root" else -1}
+                info["cgroup_dirs"], info["uid"] = [str(d) for d in jail.cgroup_dirs], jail.uid
                 stack.callback(lambda: info.update(peak_memory_bytes=jail.peak_memory_bytes, oom_kills=jail.oom_kills,
                                                    cgroups=sandbox.cgroups, kernel_cpu_seconds=jail.cpu_seconds))
                 stack.callback(lambda: info.update(leftovers_killed=jail.stop()))

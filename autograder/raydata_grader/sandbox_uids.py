@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 __all__ = ["SANDBOX_UID_BASE", "SANDBOX_UID_SLOTS", "UID_LOCK_DIR", "UidLease", "UidsExhausted", "lease_uid",
-           "uids_with_keys"]
+           "key_counts", "uids_with_keys"]
 
 #: The first uid leased to a kernel.
 SANDBOX_UID_BASE = 0x70000000
@@ -60,19 +60,24 @@ class UidLease:
             self.lock_fd = -1
 
 
-def uids_with_keys(key_users: str | os.PathLike = "/proc/key-users") -> set[int]:
-    """The uids that hold keys in the kernel keyring now (``/proc/key-users``; empty if unreadable)."""
+def key_counts(key_users: str | os.PathLike = "/proc/key-users") -> dict[int, int]:
+    """How many keys (keyrings included) each uid holds now, from ``/proc/key-users``; empty if unreadable."""
     try:
         lines = Path(key_users).read_text().splitlines()
     except OSError:
-        return set()
-    found = set()
+        return {}
+    counts = {}
     for line in lines:
         uid, _, rest = line.partition(":")
         fields = rest.split()
-        if uid.strip().isdigit() and len(fields) >= 2 and fields[1].split("/")[0] != "0":
-            found.add(int(uid))
-    return found
+        if uid.strip().isdigit() and len(fields) >= 2 and fields[1].split("/")[0].isdigit():
+            counts[int(uid)] = int(fields[1].split("/")[0])
+    return counts
+
+
+def uids_with_keys(key_users: str | os.PathLike = "/proc/key-users") -> set[int]:
+    """The uids that hold keys in the kernel keyring now (``/proc/key-users``; empty if unreadable)."""
+    return {uid for uid, n in key_counts(key_users).items() if n > 0}
 
 
 def _lock_dir(folder: Path) -> Path:
