@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import struct
 import sys
@@ -64,6 +65,51 @@ def test_the_program_is_well_formed():
         last = struct.unpack("=HBBI", program[-8:])
         assert first == (0x20, 0, 0, 4)  # load seccomp_data.arch
         assert last == (0x06, 0, 0, 0x7FFF0000)  # return SECCOMP_RET_ALLOW
+
+
+def _run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+    """What the kernel would do with the classic BPF ``program`` for one call: its return value."""
+    ins = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = ins[pc]
+        if code == 0x20:  # ld [k]
+            acc = struct.unpack_from("=I", data, k)[0]
+            pc += 1
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if hit else jf)
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected instruction {code:#x}")
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_program_decides_every_call_as_the_tables_say(machine):
+    """Every call number from 0 to past the newest, run through the program: the refused ones
+    get their errno, the conditional ones decide on their flags, every other one is allowed."""
+    arch = arch_for(machine)
+    eperm, enosys, allow = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS, 0x7FFF0000
+    program = build_filter(machine)
+    expected = {arch.numbers[n]: eperm for group in REFUSED.values() for n in group if n in arch.numbers}
+    expected.update({arch.numbers[n]: enosys for n in REFUSED_ENOSYS})
+    special = {arch.numbers[n] for n in ("clone", "unshare", "personality")}
+    for nr in range(FIRST_UNKNOWN_NR + 30):
+        want = enosys if nr >= FIRST_UNKNOWN_NR else expected.get(nr, allow)
+        if nr not in special:
+            assert _run_filter(program, arch.audit_arch, nr, 0x10000000) == want, (machine, nr)
+    assert _run_filter(program, arch.audit_arch, 0x40000000 + 1) == enosys  # x32's numbers
+    assert _run_filter(program, 0x40000003, 1) == enosys  # i386's calling convention
+    clone, unshare, personality = (arch.numbers[n] for n in ("clone", "unshare", "personality"))
+    for flags, want in ((0x11, allow), (0x10000011, eperm), (0x20000, eperm), (0x400, allow)):
+        assert _run_filter(program, arch.audit_arch, clone, flags) == want, hex(flags)
+        assert _run_filter(program, arch.audit_arch, unshare, flags) == want, hex(flags)
+    assert _run_filter(program, arch.audit_arch, unshare, 0x80) == eperm  # CLONE_NEWTIME
+    assert _run_filter(program, arch.audit_arch, clone, 0x80) == allow  # in clone, part of the exit signal
+    for persona, want in ((0, allow), (0xFFFFFFFF, allow), (8, allow), (0x40000, eperm), (0x400000, eperm)):
+        assert _run_filter(program, arch.audit_arch, personality, persona) == want, hex(persona)
 
 
 def test_an_unknown_architecture_is_refused_with_a_clear_error():
