@@ -18,11 +18,16 @@ expected status and per-cell scores, and for the run as a whole that:
   ``received/`` are zips, which no viewer renders;
 - the grading process stays under its memory bound (:data:`GRADER_PEAK_GROWTH_BYTES`): its peak
   resident memory (``VmHWM``, reset through ``/proc/self/clear_refs`` before the attackers are
-  graded) grows by less than that while it grades them.
+  graded) grows by less than that while it grades them;
+- no kernel wrote to or read from the kernel keyring, made a user namespace, traced a process
+  or found a folder of the grader's in any process's command line or environment, and no
+  sandbox uid holds a key afterwards;
+- no student-visible file names the instructor's submissions or grading folder.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import json
@@ -41,6 +46,7 @@ from raydata_grader.bundle import find_secrets, html_text, secret_lines
 from raydata_grader.grade import GradeOptions, grade_class
 from raydata_grader.judge import oracle_digests
 from raydata_grader.paths import oracles_dir
+from raydata_grader.sandbox_uids import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS, key_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -130,6 +136,12 @@ def _readable_text(path: Path, raw: str) -> str:
     return raw
 
 
+def _printed(out: Path, student: str, assignment: str) -> str:
+    """Everything a student's graded notebook printed (its stream outputs), as one text."""
+    nb = nbformat.read(out / "autograded" / student / assignment / f"{assignment}.ipynb", 4)
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
 def _digest_tree(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -168,6 +180,7 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
     # one notebook at a time: two test workers already share two cores
     options = GradeOptions(cell_timeout_s=150, notebook_timeout_s=900, memory_bytes=4 * GiB, quiet=True, jobs=1)
     oracles_before = oracle_digests(oracles_dir())
+    keys_before = key_counts()
 
     rows = grade_class(folder / "honest", out, options)
     honest = rows[(attacks.HONEST, attacks.ASSIGNMENT)]
@@ -238,9 +251,25 @@ def test_grade_the_attack_class(tmp_path, sandbox_support):
         assert not Path(sandbox["base_dir"]).exists(), f"{result}: the sandbox folder outlived the notebook"
         assert not any(Path(d).exists() for d in sandbox.get("cgroup_dirs", [])), f"{result}: a cgroup outlived it"
     if sandbox_support.level == "root":  # the connection folder was locked before the first cell
-        lia = nbformat.read(out / "autograded" / "lia" / attacks.ASSIGNMENT / f"{attacks.ASSIGNMENT}.ipynb", 4)
-        printed = "".join(o.get("text", "") for c in lia.cells for o in c.get("outputs", []))
+        printed = _printed(out, "lia", attacks.ASSIGNMENT)
         assert "rdg-ipc-refused" in printed and "rdg-ipc-wrote" not in printed, printed[-2000:]
+
+    # ---- no kernel reached the keyring, a user namespace, another process or the grader's folders
+    kim, kai = _printed(out, "kim", attacks.ASSIGNMENT), _printed(out, "kai", attacks.ASSIGNMENT)
+    for student, printed in (("kim", kim), ("kai", kai)):
+        keyring = [line for line in printed.splitlines() if line.startswith("rdg-keyring")]
+        assert len(keyring) == 6 and all(line.endswith(" EPERM") for line in keyring), (student, keyring)
+    for line in ("rdg-userns clone: EPERM", "rdg-userns unshare: EPERM", "rdg-ptrace child: EPERM",
+                 "rdg-ptrace pid 1: EPERM"):
+        assert line in kim, (line, kim[-3000:])
+    unshare = next(line for line in kim.splitlines() if line.startswith("rdg-userns unshare -r:"))
+    assert "Operation not permitted" in unshare, unshare
+    paths = ast.literal_eval(next(line for line in kai.splitlines() if line.startswith("rdg-proc paths:"))
+                             .split(":", 1)[1].strip())
+    assert paths and not [p for p in paths if "rdg-" in p or str(tmp_path) in p], paths
+    after = key_counts()
+    assert not [uid for uid, n in after.items() if n > keys_before.get(uid, 0)
+                and (SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SLOTS or uid == 65534)], after
     grades = (out / "grades.json").read_text()
     time.sleep(3)
     assert (out / "grades.json").read_text() == grades and "rdg-payload" not in grades
@@ -297,3 +326,59 @@ def _assert_stored_inert(path: Path) -> None:
                 assert mime.startswith("image/") and set(meta) <= {"width", "height", "unconfined"}, (path, meta)
                 assert all(isinstance(meta[k], (int, float)) for k in ("width", "height") if k in meta), (path, meta)
     assert set(nb.metadata) <= {"kernelspec", "language_info", "raydata_grader"}, (path, sorted(nb.metadata))
+
+
+def _student_visible(out: Path) -> list[Path]:
+    """The files of a grading folder that a student or a shared spreadsheet may see."""
+    return [out / "grades.csv", *(p for top in ("feedback", "notes", "repairs") for p in (out / top).rglob("*")
+                                  if p.is_file())]
+
+
+def test_no_folder_of_the_instructors_reaches_a_students_files(tmp_path):
+    """A zip whose notebook's name is longer than a file name may be breaks the grader's copy of
+    it: the row says the grader failed, and neither the grading folder's path nor the
+    submissions folder's reaches the CSV, the notes or the feedback page."""
+    import zipfile
+
+    attacks = _load("attack_class")
+    subs, out = tmp_path / "instructor-submissions", tmp_path / "instructor-grading"
+    subs.mkdir()
+    with zipfile.ZipFile(subs / "olga.zip", "w") as z:
+        z.writestr(f"{attacks.ASSIGNMENT}/" + "a" * 300 + ".ipynb",
+                   nbformat.writes(nbformat.read(ROOT / "exercises" / "data01" / "data01.ipynb", 4)))
+    rows = grade_class(subs, out, GradeOptions(quiet=True, jobs=1))
+    row = rows[("olga", attacks.ASSIGNMENT)]
+    assert row.status == "crashed" and "<grading folder>/received/olga" in row.message, row
+    files = _student_visible(out)
+    assert any("olga" in str(p) for p in files)
+    leaks = [str(p.relative_to(out)) for p in files for folder in (subs, out) if str(folder) in p.read_text()]
+    assert not leaks, leaks
+
+
+def test_an_unreadable_notebook_is_refused_without_the_folders_path(tmp_path):
+    """Read by a grader that is not root, a notebook it may not read is refused with the reason,
+    and the reason does not name the instructor's submissions folder."""
+    import os
+    import subprocess
+
+    subs = Path(f"/tmp/rdg-test-{os.getpid()}-instructor-submissions")
+    notebook = subs / "pia" / "data01" / "data01.ipynb"
+    notebook.parent.mkdir(parents=True)
+    notebook.write_text("{}")
+    notebook.chmod(0)
+    for folder in (subs, subs / "pia", notebook.parent):
+        folder.chmod(0o755)
+    code = ("import json, sys; from raydata_grader.intake import collect_submissions; "
+            "found, students, empty, notes = collect_submissions(sys.argv[1], ('data01',)); "
+            "print(json.dumps({'empty': {'/'.join(k): v for k, v in empty.items()}, 'notes': notes}))")
+    cmd = [sys.executable, "-c", code, str(subs)]
+    if os.geteuid() == 0:  # root reads any file: read as nobody
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        subprocess.run(["rm", "-rf", str(subs)], check=False)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert "Permission denied" in seen["empty"]["pia/data01"], seen
+    assert str(subs) not in out.stdout, seen

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from raydata_grader.kernel_sandbox import SANDBOX_UID, KernelJail, SandboxLimits, probe
+from raydata_grader.sandbox_uids import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS, key_counts
 from raydata_course.layout import REQUIRE_SANDBOX_ENV
 from raydata_course.units import MiB
 
@@ -33,9 +34,10 @@ if not SUPPORT.available:
     pytest.skip(f"no sandbox on this machine: {SUPPORT.why}", allow_module_level=True)
 
 
-def _run(tmp_path, code: str, limits: SandboxLimits | None = None, timeout_s: float = 60, name: str = "jail"):
+def _run(tmp_path, code: str, limits: SandboxLimits | None = None, timeout_s: float = 60, name: str = "jail",
+         **jail_args):
     """Run ``code`` with the kernel's Python inside a jail; return (returncode, stdout, stderr, jail)."""
-    jail = KernelJail(SUPPORT, limits or SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-{name}"))
+    jail = KernelJail(SUPPORT, limits or SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-{name}"), **jail_args)
     with jail:
         proc = subprocess.run(jail.wrap([sys.executable, "-c", code]), capture_output=True, text=True,
                               timeout=timeout_s, env={**os.environ, "GRADER_SECRET": "s3cret"})
@@ -58,14 +60,201 @@ print(json.dumps({{"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
                   "env": sorted(os.environ), "secret": os.environ.get("GRADER_SECRET"),
                   "ppid_cmd": open("/proc/1/cmdline").read()[:200]}}))
 """
-    rc, out, err, _ = _run(tmp_path, code)
+    rc, out, err, jail = _run(tmp_path, code)
     assert rc == 0, err
     facts = json.loads(out)
-    assert (facts["uid"], facts["euid"], facts["gid"]) == (SANDBOX_UID,) * 3
+    assert (facts["uid"], facts["euid"], facts["gid"]) == (jail.uid,) * 3
+    if SUPPORT.level == "root":  # a uid of its own, not the host's nobody
+        assert SANDBOX_UID_BASE <= jail.uid < SANDBOX_UID_BASE + SANDBOX_UID_SLOTS
+    else:
+        assert jail.uid == SANDBOX_UID
     assert all(v in ("FileNotFoundError", "PermissionError") for v in facts["seen"].values()), facts["seen"]
     assert all(line.split()[1] == "0000000000000000" for line in facts["caps"]), facts["caps"]
     assert facts["secret"] is None and "GRADER_SECRET" not in facts["env"]
     assert "raydata_grader" not in facts["ppid_cmd"]  # the grader's processes are outside the PID namespace
+
+
+#: Tries every call the seccomp filter refuses, and the honest calls it must let through; prints
+#: {what: errno name or "ok"} as JSON. NR is this machine's syscall numbers.
+FILTER_PROBE = r"""
+import ctypes, errno, json, multiprocessing, os, subprocess, threading, time
+NR = {numbers}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(NR[name], *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    if r == 0 and name == "clone":
+        os._exit(0)  # the child of a clone the filter let through
+    return errno.errorcode.get(ctypes.get_errno(), "?") if r == -1 else "ok"
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_FILES, SIGCHLD = 0x10000000, 0x20000, 0x400, 17
+child = subprocess.Popen(["sleep", "30"])
+iov = (ctypes.c_char * 8)()
+vec = (ctypes.c_void_p * 2)(ctypes.addressof(iov), 8)
+seen = {{
+    "unshare -r": str(subprocess.run(["unshare", "-r", "true"], capture_output=True).returncode),
+    "add_key": call("add_key", b"user", b"rdg-key", b"v", 1, -4),
+    "request_key": call("request_key", b"user", b"rdg-key", None, -4),
+    "keyctl": call("keyctl", 0, -4, 0),
+    "unshare newuser": call("unshare", CLONE_NEWUSER),
+    "unshare newns": call("unshare", CLONE_NEWNS),
+    "clone newuser": call("clone", CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0),
+    "clone3": call("clone3", 0, 0),
+    "setns": call("setns", 0, 0),
+    "ptrace traceme": call("ptrace", 0, 0, 0, 0),
+    "ptrace attach child": call("ptrace", 16, child.pid, 0, 0),
+    "ptrace attach pid 1": call("ptrace", 16, 1, 0, 0),
+    "process_vm_readv": call("process_vm_readv", child.pid, ctypes.byref(vec), 1, ctypes.byref(vec), 1, 0),
+    "perf_event_open": call("perf_event_open", 0, 0, -1, -1, 0),
+    "bpf": call("bpf", 0, 0, 0),
+    "userfaultfd": call("userfaultfd", 0),
+    "mount": call("mount", b"none", b"/tmp", b"tmpfs", 0, 0),
+    "chroot": call("chroot", b"/tmp"),
+    "io_uring_setup": call("io_uring_setup", 1, 0),
+    "personality no-aslr": call("personality", 0x0040000),
+    # what honest code does
+    "personality query": call("personality", 0xFFFFFFFF),
+    "unshare files": call("unshare", CLONE_FILES),
+}}
+child.kill(); child.wait()
+t = threading.Thread(target=time.sleep, args=(0.01,)); t.start(); t.join()
+seen["thread"] = "ok"
+seen["subprocess"] = "ok" if subprocess.run(["true"]).returncode == 0 else "failed"
+for method in ("fork", "spawn"):
+    with multiprocessing.get_context(method).Pool(2) as pool:
+        seen["pool " + method] = "ok" if pool.map(abs, [-1, -2]) == [1, 2] else "failed"
+print(json.dumps(seen))
+"""
+
+REFUSED_CALLS = {
+    "add_key": "EPERM", "request_key": "EPERM", "keyctl": "EPERM", "unshare newuser": "EPERM",
+    "unshare newns": "EPERM", "clone newuser": "EPERM", "clone3": "ENOSYS", "setns": "EPERM",
+    "ptrace traceme": "EPERM", "ptrace attach child": "EPERM", "ptrace attach pid 1": "EPERM",
+    "process_vm_readv": "EPERM", "perf_event_open": "EPERM", "bpf": "EPERM", "userfaultfd": "EPERM",
+    "mount": "EPERM", "chroot": "EPERM", "io_uring_setup": "ENOSYS", "personality no-aslr": "EPERM",
+}
+HONEST_CALLS = ("personality query", "unshare files", "thread", "subprocess", "pool fork", "pool spawn")
+
+
+def test_the_seccomp_filter_refuses_what_a_kernel_never_needs_and_lets_honest_calls_through(tmp_path):
+    """Keyring, new namespaces, tracing, kernel interfaces and mounts are refused (never killed);
+    threads (glibc tries clone3 first, then clone), subprocesses and process pools still work."""
+    from raydata_grader.seccomp_filter import arch_for
+
+    rc, out, err, _ = _run(tmp_path, FILTER_PROBE.format(numbers=arch_for().numbers))
+    assert rc == 0, err
+    seen = json.loads(out)
+    assert {k: seen[k] for k in REFUSED_CALLS} == REFUSED_CALLS, seen
+    assert seen["unshare -r"] != "0", seen  # `unshare -r` (a user namespace, uid 0 inside) fails
+    assert all(seen[k] == "ok" for k in HONEST_CALLS), seen
+
+
+def test_no_key_passes_from_one_kernel_to_the_next_or_stays_on_the_host(tmp_path):
+    """One kernel writes a key to its user and session keyrings, a second one (running at the same
+    time, and after) looks for it: every call is refused, and no sandbox uid holds a key afterwards."""
+    from raydata_grader.seccomp_filter import arch_for
+
+    numbers = arch_for().numbers
+    code = f"""
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return errno.errorcode.get(ctypes.get_errno(), "?") if r == -1 else f"key {{r}}"
+seen = {{}}
+for ring in (-4, -3):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING
+    seen[f"read {{ring}}"] = call({numbers['request_key']}, b"user", b"rdg-message", None, 0)
+    seen[f"search {{ring}}"] = call({numbers['keyctl']}, 10, ring, b"user", b"rdg-message", 0)  # KEYCTL_SEARCH
+    if sys.argv[-1] == "write":
+        seen[f"write {{ring}}"] = call({numbers['add_key']}, b"user", b"rdg-message", b"answers", 7, ring)
+print(json.dumps(seen))
+"""
+    before = key_counts()
+    jail_a = KernelJail(SUPPORT, SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-key-a"))
+    jail_b = KernelJail(SUPPORT, SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-key-b"))
+    with jail_a, jail_b:
+        if SUPPORT.level == "root":
+            assert jail_a.uid != jail_b.uid
+        writer = subprocess.Popen(jail_a.wrap([sys.executable, "-c", code + "import time; time.sleep(2)", "write"]),
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        reader = subprocess.run(jail_b.wrap([sys.executable, "-c", code, "read"]), capture_output=True, text=True,
+                                timeout=60)
+        written = json.loads(writer.communicate(timeout=60)[0])
+        uids = {jail_a.uid, jail_b.uid}
+    assert set(written.values()) == {"EPERM"}, written
+    assert set(json.loads(reader.stdout).values()) == {"EPERM"}, reader.stdout + reader.stderr
+    # the host's view: no uid the kernels ran as holds a key (or a keyring) it did not hold before
+    after = key_counts()
+    assert all(after.get(uid, 0) <= before.get(uid, 0) for uid in uids | {SANDBOX_UID}), (uids, after)
+    for folder in ("/tmp", "/dev/shm"):
+        for uid in uids - {os.getuid()}:
+            owned = subprocess.run(["find", folder, "-xdev", "-uid", str(uid), "-print", "-quit"], capture_output=True,
+                                   text=True).stdout
+            assert not owned, f"uid {uid} left {owned.strip()} on the host"
+
+
+@pytest.mark.skipif(SUPPORT.level != "root", reason="as another user every kernel is that user: no uid of its own")
+def test_a_kernel_that_uses_up_its_users_counts_leaves_another_kernels_alone(tmp_path):
+    """Linux counts inotify instances per uid (fs.inotify.max_user_instances, 128 here): a kernel
+    that takes them all while another kernel runs does not leave the other one without."""
+    limit = int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    hog = f"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = [libc.inotify_init() for _ in range({limit} + 8)]
+print(sum(fd >= 0 for fd in fds), flush=True)
+time.sleep(5)
+"""
+    other = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+print("ok" if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+"""
+    jail_a = KernelJail(SUPPORT, SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-count-a"))
+    jail_b = KernelJail(SUPPORT, SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-count-b"))
+    with jail_a, jail_b:
+        hogging = subprocess.Popen(jail_a.wrap([sys.executable, "-c", hog]), stdout=subprocess.PIPE, text=True)
+        taken = int(hogging.stdout.readline())
+        second = subprocess.run(jail_b.wrap([sys.executable, "-c", other]), capture_output=True, text=True, timeout=60)
+        hogging.kill()
+        hogging.wait()
+    assert taken == limit, taken  # the first kernel did use up its uid's count
+    assert second.stdout.strip() == "ok", second.stdout + second.stderr
+
+
+def test_no_process_shows_the_graders_folders_inside(tmp_path):
+    """bwrap's command line (PID 1 inside), the kernel's and every other process's, and their
+    environments, name no folder of the grader's: not the jail's, not the released exercise's
+    copy, not the judge's; bwrap's own file descriptors are closed before the kernel starts."""
+    release, judge = tmp_path / "release" / "data01", tmp_path / "judge"
+    release.mkdir(parents=True)
+    judge.mkdir()
+    code = """
+import json, os, subprocess
+child = subprocess.Popen(["sleep", "30"])
+seen = {}
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for name in ("cmdline", "environ"):
+            try:
+                seen[f"{pid}/{name}"] = open(f"/proc/{pid}/{name}", "rb").read().decode("utf-8", "replace")
+            except OSError as exc:
+                seen[f"{pid}/{name}"] = type(exc).__name__
+child.kill()
+print(json.dumps({"proc": seen, "fds": sorted(os.listdir("/proc/self/fd"))}))
+"""
+    rc, out, err, jail = _run(tmp_path, code, readonly=[str(release)], judge_dir=str(judge), name="proc")
+    assert rc == 0, err
+    facts = json.loads(out)
+    assert facts["proc"]["1/cmdline"].startswith(shutil.which("bwrap") + "\0--args\0"), facts["proc"]["1/cmdline"]
+    shown = "\n".join(facts["proc"].values())
+    for secret in (str(jail.base_dir), str(tmp_path), "GRADER_SECRET", "rdg-test"):
+        assert secret not in shown, (secret, facts["proc"])
+    assert len(facts["fds"]) == 4, facts["fds"]  # 0, 1, 2 and the one listing /proc/self/fd
 
 
 def test_the_student_package_is_there_and_read_only_and_the_grader_is_not(tmp_path):
@@ -193,7 +382,7 @@ def test_a_sandboxed_kernel_runs_is_interrupted_and_leaves_nothing(tmp_path):
     from traitlets.config import Config
 
     from raydata_course.layout import KERNEL_NAME
-    from raydata_grader.kernel_sandbox import SandboxedKernelManager
+    from raydata_grader.kernel_manager import SANDBOX_IPC_DIR, SandboxedKernelManager
 
     marker = f"rdg-kernel-daemon-{os.getpid()}"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (
@@ -209,22 +398,28 @@ def test_a_sandboxed_kernel_runs_is_interrupted_and_leaves_nothing(tmp_path):
         "for target in (os.path.join(folder, 'big'), sys.argv[sys.argv.index('-f') + 1]):\n"
         "    try:\n        open(target, 'ab').write(b'x' * 1024)\n        print('wrote')\n"
         "    except PermissionError:\n        print('refused')",
+        # what every process inside shows of its command line and environment
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n    for name in ('cmdline', 'environ'):\n"
+        "        try:\n            print(pid, name, open(f'/proc/{pid}/{name}', 'rb').read().decode().replace('\\0', ' '))\n"
+        "        except OSError as exc:\n            print(pid, name, type(exc).__name__)",
     )])
     jail = KernelJail(SUPPORT, SandboxLimits(), Path(f"/tmp/rdg-test-{os.getpid()}-kernel"))
     with jail:
         config = Config()
         config.SandboxedKernelManager.jail_prefix = jail.wrap([])
         config.SandboxedKernelManager.ipc_dir = str(jail.ipc_dir)
-        config.SandboxedKernelManager.sandbox_uid = SANDBOX_UID if SUPPORT.level == "root" else -1
+        config.SandboxedKernelManager.sandbox_uid = jail.uid if SUPPORT.level == "root" else -1
         client = NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=10, allow_errors=True, config=config,
                                 kernel_manager_class=SandboxedKernelManager, interrupt_on_timeout=True)
         client.execute()
     outputs = [[o.get("text", o.get("ename", "")) for o in c.outputs] for c in nb.cells]
-    assert outputs[0] == [f"{SANDBOX_UID}\n"], outputs
+    assert outputs[0] == [f"{jail.uid}\n"], outputs
     assert any("KeyboardInterrupt" in o or "CellTimeoutError" in o for o in outputs[1]), outputs[1]
     assert outputs[2] == ["still alive\n"] and "daemon started\n" in outputs[3], outputs
     if SUPPORT.level == "root":  # under a user namespace the kernel is the grader's own user
         assert "".join(outputs[4]) == "refused\nrefused\n", outputs[4]
+    shown = "".join(outputs[5])
+    assert f"-f {SANDBOX_IPC_DIR}/kernel.json" in shown and str(jail.base_dir) not in shown, shown
     time.sleep(0.5)
     assert not [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
     assert not Path(f"/dev/shm/{marker}").exists() and not jail.base_dir.exists()

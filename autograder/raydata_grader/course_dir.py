@@ -241,7 +241,7 @@ def autograde(
         extra: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             if sandbox is not None:
-                from raydata_grader.kernel_sandbox import SANDBOX_UID, KernelJail, SandboxLimits
+                from raydata_grader.kernel_sandbox import KernelJail, SandboxLimits
 
                 jail = stack.enter_context(KernelJail(
                     sandbox, limits or SandboxLimits(), base / "kernel",
@@ -249,8 +249,8 @@ def autograde(
                 extra = {"TrackedExecute.sandboxed": True,
                          "SandboxedKernelManager.jail_prefix": jail.wrap([]),
                          "SandboxedKernelManager.ipc_dir": str(jail.ipc_dir),
-                         "SandboxedKernelManager.sandbox_uid": SANDBOX_UID if sandbox.level == "root" else -1}
-                info["cgroup_dirs"] = [str(d) for d in jail.cgroup_dirs]
+                         "SandboxedKernelManager.sandbox_uid": jail.uid if sandbox.level == "root" else -1}
+                info["cgroup_dirs"], info["uid"] = [str(d) for d in jail.cgroup_dirs], jail.uid
                 from raydata_grader.outside import SandboxView
 
                 judge.outside = SandboxView(jail.cgroup_dirs)  # what the checks observe from here

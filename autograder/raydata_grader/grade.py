@@ -82,6 +82,7 @@ from raydata_grader.jobs import (UNSANDBOXED_NOTE, WORKER_ALLOWANCE_BYTES, Grade
                                  NodeMismatch, SandboxUnavailable)
 from raydata_grader.kit import CourseKit, build_kit, installation_digest
 from raydata_grader.judge import oracle_digests
+from raydata_grader.outcome import without_folders
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir, release_notebook
 from raydata_grader.progress import Progress
 from raydata_grader.forging import find_forging
@@ -338,7 +339,8 @@ def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options:
             except (KeyboardInterrupt, IntegrityError):
                 raise
             except Exception as exc:  # the grader itself failed on this file: say so, and go on
-                why = (f"the grader failed on this submission ({type(exc).__name__}: {str(exc)[:200]}); the run went "
+                said = without_folders(str(exc), {out: "<grading folder>", submissions: "<submissions folder>"})
+                why = (f"the grader failed on this submission ({type(exc).__name__}: {said[:200]}); the run went "
                        "on. Instructor: report this with the submitted file (kept in received/)")
                 row, job = Row(student, assignment, 0.0, kit.max_score, "crashed", why,
                                source_sha256=kit.source_sha256, graded_at=now(), notes=[why]), None

@@ -4,14 +4,24 @@ Every submitted notebook is hostile code. Its kernel, and every process it start
 included), runs inside a sandbox built with bubblewrap (Debian's ``bubblewrap``):
 
 - **a user without privileges**: as root, ``bwrap`` builds the sandbox and ``setpriv`` drops
-  to uid/gid 65534 (``nobody``) with no capabilities before the kernel starts; as another
-  user, ``bwrap --unshare-user`` maps the kernel's uid 65534 to that user;
+  to a uid and gid of the kernel's own, leased for as long as it runs
+  (:mod:`raydata_grader.sandbox_uids`: no two kernels share the keyring or the per-user
+  counts), with no capabilities, before the kernel starts; as another user,
+  ``bwrap --unshare-user`` maps the kernel's uid 65534 to that user. Inside, the uid is
+  ``student`` in an ``/etc/passwd`` of the sandbox's own;
+- **a seccomp filter** (:mod:`raydata_grader.seccomp_filter`) refuses the calls a kernel never
+  needs: the keyring, new namespaces (``unshare -r`` included), tracing other processes,
+  mounts, BPF, perf events, userfaultfd, kernel modules and the machine's administration;
 - **nothing secret mounted**: the new root holds only ``/usr`` (and its ``/bin``, ``/lib``
-  links), ``/etc`` (read-only; ``/etc/shadow`` is unreadable for ``nobody``), ``/sys``
+  links), ``/etc`` (read-only; ``/etc/shadow`` is unreadable for the kernel's user), ``/sys``
   read-only, a new ``/proc`` and ``/dev``, the Python installation and the virtual
   environment read-only, the student package's source read-only, the released exercise
-  read-only, the judge's socket folder read-only and the kernel's connection folder. No
-  oracles, ``solutions/``, gradebook, other students' folders, results or grader source;
+  read-only, the judge's socket folder read-only and the kernel's connection folder (at
+  ``/run/kernel``). No oracles, ``solutions/``, gradebook, other students' folders, results
+  or grader source, and no process inside shows a folder of the grader's in its command line
+  or environment: bubblewrap reads its options from a file descriptor (``--args``), not its
+  command line. ``/proc/self/mountinfo`` still names the host folders that are mounted (the
+  venv, the released exercise's copy and the grader's temporary folders, none of them secret);
 - **private, size-limited scratch**: ``/tmp``, ``/dev/shm`` (Ray's object store) and the
   home folder ``/home/student`` (the kernel's working folder) are tmpfs mounts of their own;
 - **its own PID namespace** (``--unshare-pid``, ``--die-with-parent``): when the kernel ends,
@@ -39,19 +49,18 @@ import time
 import shutil
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from jupyter_client.asynchronous import AsyncKernelClient
-from jupyter_client.manager import AsyncKernelManager
-from traitlets import Int, List, Unicode
-
 from raydata_course.layout import GRADING_CPUS, HEADLESS_ENV, MACHINE_CPUS_ENV, TEMP_ROOT_ENV
 from raydata_course.units import GiB, MiB
 from raydata_grader.cgroups import CGROUP_PREFIX, Cgroup, writable_version
+from raydata_grader.kernel_manager import MAX_MESSAGE_BYTES, SANDBOX_IPC_DIR, SandboxedKernelManager
 from raydata_grader.sandbox import remove_tree
+from raydata_grader.sandbox_uids import UidLease, lease_uid
+from raydata_grader.seccomp_filter import SeccompUnsupported, build_filter
+from raydata_grader.seccomp_filter import describe as seccomp_description
 
 __all__ = ["SANDBOX_UID", "SandboxSupport", "SandboxLimits", "KernelJail", "SandboxedKernelManager", "probe"]
 
@@ -61,9 +70,6 @@ SANDBOX_UID = 65534
 SANDBOX_HOME = "/home/student"
 #: The sandbox's host name (loopback in its own ``/etc/hosts``).
 SANDBOX_HOSTNAME = "grading-sandbox"
-#: The largest message the grader accepts from a sandboxed kernel, in bytes (ZeroMQ drops
-#: the connection on a larger one; the cell then fails instead of the grader filling up).
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 #: Seconds a sandboxed kernel's Ray driver waits for a GCS it lost before it exits (Ray's
 #: ``gcs_rpc_server_reconnect_timeout_s``, 60 by default).
 GCS_RECONNECT_TIMEOUT_S = 15
@@ -93,12 +99,13 @@ class SandboxSupport:
         """One line for the grader's log."""
         if not self.available:
             return f"no sandbox on this machine: {self.why}"
-        who = ("bubblewrap as root, kernel as uid 65534 without capabilities" if self.level == "root"
+        who = ("bubblewrap as root, each kernel as a uid of its own without capabilities" if self.level == "root"
                else "bubblewrap in a user namespace, kernel as uid 65534 mapped to the grader's user")
         bounds = (f"cgroup {self.cgroups} bounds on memory and processes" if self.cgroups
                   else "no writable cgroups: memory bounded per process (RLIMIT_DATA) and by the watchdog's PSS sum, "
                        "processes not bounded")
-        return f"{who}; {bounds}; private /tmp, /dev/shm and home; own PID namespace; loopback only"
+        return (f"{who}; {bounds}; private /tmp, /dev/shm and home; own PID namespace; loopback only; "
+                f"{seccomp_description()}")
 
 
 def _bwrap() -> str | None:
@@ -127,6 +134,10 @@ def probe() -> SandboxSupport:
                                           "user namespaces may be disabled")
     if level == "root" and shutil.which("setpriv") is None:
         return SandboxSupport("none", "", "setpriv (util-linux) is not installed")
+    try:
+        build_filter()
+    except SeccompUnsupported as exc:
+        return SandboxSupport("none", "", str(exc))
     return SandboxSupport(level, writable_version())
 
 
@@ -185,10 +196,11 @@ def _mkdirs(path: str) -> list[str]:
 
 @dataclass
 class KernelJail:
-    """One graded kernel's sandbox: its folders, its cgroup, its command line.
+    """One graded kernel's sandbox: its folders, its uid, its cgroup, its command line.
 
-    Use it as a context manager: entering creates the folders and the cgroup, leaving kills
-    whatever still runs in the cgroup, removes the cgroup and deletes the folders.
+    Use it as a context manager: entering creates the folders and the cgroup and, as root,
+    leases the kernel's uid (:mod:`raydata_grader.sandbox_uids`); leaving kills whatever still
+    runs in the cgroup, removes the cgroup, deletes the folders and gives the uid back.
 
     Args:
         support: what the machine can do (:func:`probe`).
@@ -197,6 +209,10 @@ class KernelJail:
         readonly: more folders to show read-only at the same path (the released exercise).
         judge_dir: the folder holding the judge's socket (shown read-only).
         env: extra environment for the kernel (names and values are the grader's, not secret).
+
+    Attributes:
+        uid: the kernel's uid and gid on the host: a leased one as root, else
+            :data:`SANDBOX_UID` (inside a user namespace, mapped to the grader's user).
     """
 
     support: SandboxSupport
@@ -209,17 +225,22 @@ class KernelJail:
     peak_memory_bytes: int = 0
     oom_kills: int = 0
     cpu_seconds: float | None = None
+    uid: int = SANDBOX_UID
+    _lease: UidLease | None = None
 
     @property
     def ipc_dir(self) -> Path:
-        """The kernel's connection folder: its connection file and ZeroMQ sockets (writable inside)."""
+        """The kernel's connection folder: its connection file and ZeroMQ sockets (writable inside,
+        at :data:`SANDBOX_IPC_DIR`)."""
         return self.base_dir / "ipc"
 
     def __enter__(self) -> "KernelJail":
         self.base_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.ipc_dir.mkdir(exist_ok=True, mode=0o700)
         if self.support.level == "root":
-            os.chown(self.ipc_dir, SANDBOX_UID, SANDBOX_UID)
+            self._lease = lease_uid()
+            self.uid = self._lease.uid
+            os.chown(self.ipc_dir, self.uid, self.uid)
         if self.support.cgroups:
             unique = hashlib.sha256(f"{self.base_dir.resolve()}:{os.getpid()}:{time.time_ns()}".encode()).hexdigest()[:16]
             self.cgroup = Cgroup(self.support.cgroups, f"{CGROUP_PREFIX}-{os.getpid()}-{unique}",
@@ -235,7 +256,8 @@ class KernelJail:
         return list(self.cgroup.dirs) if self.cgroup is not None else []
 
     def stop(self) -> int:
-        """Kill everything left in the cgroup, remove it and the folders; return how many were killed."""
+        """Kill everything left in the cgroup, remove it and the folders, give the uid back;
+        return how many processes were killed."""
         killed = 0
         if self.cgroup is not None:
             self.peak_memory_bytes = max(self.peak_memory_bytes, self.cgroup.memory_bytes()[1])
@@ -244,6 +266,9 @@ class KernelJail:
             self.cpu_seconds = self.cgroup.cpu_seconds_at_stop
             self.cgroup = None
         remove_tree(self.base_dir)
+        if self._lease is not None:  # a uid that some process still runs as is not leased again
+            self._lease.release()
+            self._lease = None
         return killed
 
     # -- the command line
@@ -271,164 +296,109 @@ class KernelJail:
         env.update(self.env)
         return env
 
-    def _hosts_file(self) -> Path:
-        """An ``/etc/hosts`` in which the sandbox's host name is loopback (Ray looks its own name up,
-        and there is no DNS in a namespace with loopback only)."""
-        hosts = self.base_dir / "hosts"
-        hosts.write_text(f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost\n")
-        hosts.chmod(0o644)
-        return hosts
+    def _etc_file(self, name: str, text: str) -> Path:
+        path = self.base_dir / name
+        path.write_text(text)
+        path.chmod(0o644)
+        return path
 
-    def wrap(self, kernel_cmd: list[str]) -> list[str]:
-        """The full command that starts ``kernel_cmd`` inside this sandbox."""
+    def _etc_files(self) -> list[str]:
+        """bwrap options that show the sandbox's own ``/etc/hosts``, ``/etc/passwd`` and ``/etc/group``.
+
+        ``hosts`` makes the sandbox's host name loopback (Ray looks its own name up, and there is
+        no DNS in a namespace with loopback only); ``passwd`` and ``group`` name the kernel's uid
+        ``student`` (with ``root`` and ``nobody``), so that a library that looks its user up finds
+        one, and the host's users are not listed.
+        """
+        users = {0: "root", 65534: "nobody", self.uid: "student"}
+        groups = {0: "root", 65534: "nogroup", self.uid: "student"}
+        homes = {"student": SANDBOX_HOME, "root": "/root"}
+        passwd = "".join(f"{name}:x:{uid}:{uid}:{name}:{homes.get(name, '/nonexistent')}:/usr/sbin/nologin\n"
+                         for uid, name in users.items())
+        group = "".join(f"{name}:x:{gid}:\n" for gid, name in groups.items())
+        files = {"hosts": f"127.0.0.1 localhost {SANDBOX_HOSTNAME}\n::1 localhost\n", "passwd": passwd, "group": group}
+        args = []
+        for name, text in files.items():
+            args += ["--ro-bind", str(self._etc_file(name, text)), f"/etc/{name}"]
+        return args
+
+    def _bwrap_options(self) -> list[str]:
+        """Every bwrap option (the command aside), as the ``--args`` file gives them to bwrap."""
         lim = self.limits
-        cmd: list[str] = []
-        procs = self.cgroup.procs_files if self.cgroup is not None else []
-        if procs:  # join the cgroups first, so that everything started later is in them
-            script = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(procs))) + f' && shift {len(procs)} && exec "$@"'
-            cmd += ["/bin/sh", "-c", script, "sh", *procs]
-        cmd += ["prlimit", f"--data={lim.memory_bytes}", f"--fsize={lim.file_bytes}", "--core=0", "--"]
-        cmd += [_bwrap() or "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
-                "--unshare-ipc", "--unshare-uts", "--hostname", SANDBOX_HOSTNAME]
-        cmd += ["--ro-bind", "/usr", "/usr"]
+        opts = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                "--unshare-uts", "--hostname", SANDBOX_HOSTNAME, "--seccomp", str(_FILTER_FD)]
+        opts += ["--ro-bind", "/usr", "/usr"]
         for link in ("bin", "lib", "lib64", "sbin"):
             target = os.readlink(f"/{link}") if os.path.islink(f"/{link}") else None
             if target:
-                cmd += ["--symlink", target, f"/{link}"]
+                opts += ["--symlink", target, f"/{link}"]
             elif os.path.isdir(f"/{link}"):
-                cmd += ["--ro-bind", f"/{link}", f"/{link}"]
-        cmd += ["--ro-bind", "/etc", "/etc", "--ro-bind", str(self._hosts_file()), "/etc/hosts",
-                "--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
-        cmd += ["--perms", "1777", "--size", str(lim.shm_bytes), "--tmpfs", "/dev/shm"]
-        cmd += ["--perms", "1777", "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]
-        cmd += ["--perms", "0755", "--dir", "/home"]
-        cmd += ["--perms", "0700" if self.support.level == "user" else "0777", "--size", str(lim.home_bytes),
-                "--tmpfs", SANDBOX_HOME]
+                opts += ["--ro-bind", f"/{link}", f"/{link}"]
+        opts += ["--ro-bind", "/etc", "/etc", *self._etc_files(), "--ro-bind", "/sys", "/sys", "--proc", "/proc",
+                 "--dev", "/dev"]
+        opts += ["--perms", "1777", "--size", str(lim.shm_bytes), "--tmpfs", "/dev/shm"]
+        opts += ["--perms", "1777", "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]
+        opts += ["--perms", "0755", "--dir", "/home"]
+        opts += ["--perms", "0700" if self.support.level == "user" else "0777", "--size", str(lim.home_bytes),
+                 "--tmpfs", SANDBOX_HOME]
         shown = set()
         for path in [*_python_dirs(), _student_package_dir(), *self.readonly]:
             if path in shown:
                 continue
             shown.add(path)
-            cmd += _mkdirs(path) + ["--ro-bind", path, path]
+            opts += _mkdirs(path) + ["--ro-bind", path, path]
         if self.judge_dir:
-            cmd += _mkdirs(self.judge_dir) + ["--ro-bind", self.judge_dir, self.judge_dir]
-        ipc = str(self.ipc_dir)
-        cmd += _mkdirs(ipc) + ["--bind", ipc, ipc, "--chdir", SANDBOX_HOME, "--clearenv"]
+            opts += _mkdirs(self.judge_dir) + ["--ro-bind", self.judge_dir, self.judge_dir]
+        opts += _mkdirs(SANDBOX_IPC_DIR) + ["--bind", str(self.ipc_dir), SANDBOX_IPC_DIR, "--chdir", SANDBOX_HOME,
+                                            "--clearenv"]
         for key, value in self.environment().items():
-            cmd += ["--setenv", key, value]
+            opts += ["--setenv", key, value]
         if self.support.level == "root":
-            cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
-                    "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
-                    "--inh-caps=-all", "--bounding-set=-all", "--"]
+            opts += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
-            cmd += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--"]
+            opts += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        return opts
+
+    def wrap(self, kernel_cmd: list[str]) -> list[str]:
+        """The full command that starts ``kernel_cmd`` inside this sandbox (call it inside ``with``).
+
+        The command, run on the host: a shell (with an empty environment) joins the kernel's
+        cgroups and opens two files of this jail's folder, bwrap's options and the seccomp
+        filter (:func:`raydata_grader.seccomp_filter.build_filter`), as file descriptors
+        :data:`_ARGS_FD` and :data:`_FILTER_FD`; then ``prlimit`` sets the per-process limits
+        and bwrap reads its options from the first (``--args``) and the filter from the second
+        (``--seccomp``), and closes both before the kernel starts. bwrap's own command line,
+        the one process of the grader's that the kernel can see (PID 1 of its namespace), is
+        ``bwrap --args 8 -- [setpriv ... --] kernel_cmd``: no mount, no folder of the grader's.
+
+        Raises:
+            SeccompUnsupported: on an architecture the filter has no syscall table for.
+        """
+        args_file, filter_file = self.base_dir / "bwrap-args", self.base_dir / "seccomp.bpf"
+        filter_file.write_bytes(build_filter())
+        args_file.write_bytes(b"".join(arg.encode() + b"\0" for arg in self._bwrap_options()))
+        for path in (args_file, filter_file):
+            path.chmod(0o600)
+        procs = self.cgroup.procs_files if self.cgroup is not None else []
+        # join the cgroups first, so that everything started later is in them
+        script = "".join(f'echo $$ > "${{{i + 1}}}" && ' for i in range(len(procs)))
+        script += (f'a="${{{len(procs) + 1}}}" && f="${{{len(procs) + 2}}}" && shift {len(procs) + 2} && '
+                   f'exec "$@" {_ARGS_FD}<"$a" {_FILTER_FD}<"$f"')
+        cmd = [_tool("env"), "-i", _tool("sh"), "-c", script, "sh", *map(str, procs), str(args_file), str(filter_file)]
+        cmd += [_tool("prlimit"), f"--data={self.limits.memory_bytes}", f"--fsize={self.limits.file_bytes}",
+                "--core=0", "--"]
+        cmd += [_bwrap() or "bwrap", "--args", str(_ARGS_FD), "--"]
+        if self.support.level == "root":
+            cmd += [_tool("setpriv"), f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--"]
         return cmd + list(kernel_cmd)
 
 
-#: How much of a sandboxed kernel's own stdout and stderr reaches the grader's log, in bytes.
-KERNEL_LOG_BYTES = 256 * 1024
+#: The file descriptors through which bwrap reads its options and the seccomp filter (a
+#: POSIX shell redirects single digits only).
+_ARGS_FD, _FILTER_FD = 8, 9
 
 
-def _forward_capped(stream, limit_bytes: int) -> None:
-    """Copy ``stream`` to this process's stderr until ``limit_bytes``, then read and drop the rest."""
-    written = dropped = 0
-    for chunk in iter(lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""):
-        keep = chunk[:max(limit_bytes - written, 0)]
-        if keep:
-            sys.stderr.write(keep.decode("utf-8", "replace"))
-            sys.stderr.flush()
-        written += len(keep)
-        dropped += len(chunk) - len(keep)
-    if dropped:
-        sys.stderr.write(f"\n[grader] {dropped:,} more bytes of the kernel's own output were dropped\n")
-
-
-class SandboxedKernelClient(AsyncKernelClient):
-    """The client of a sandboxed kernel: once the kernel first answers, before any cell can
-    run, it has the manager lock the kernel's connection folder
-    (:meth:`SandboxedKernelManager.lock_connection_folder`)."""
-
-    async def wait_for_ready(self, timeout=None):
-        await AsyncKernelClient.wait_for_ready(self, timeout=timeout)
-        lock = getattr(self.parent, "lock_connection_folder", None)
-        if lock is not None:
-            lock()
-
-
-class SandboxedKernelManager(AsyncKernelManager):
-    """A Jupyter kernel manager that starts the kernel inside a :class:`KernelJail`.
-
-    The kernel uses the ``ipc`` transport (Unix sockets in the jail's connection folder: the
-    kernel's network namespace has only its own loopback), reads its connection file there,
-    and is interrupted by message (a signal would reach bubblewrap, not the kernel).
-    """
-
-    jail_prefix = List(Unicode(), help="the command that the kernel's own command follows").tag(config=True)
-    ipc_dir = Unicode("", help="the jail's connection folder").tag(config=True)
-    sandbox_uid = Int(-1, help="owner to give the connection file (-1: leave it)").tag(config=True)
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        if not self.jail_prefix or not self.ipc_dir:
-            raise ValueError("SandboxedKernelManager needs jail_prefix and ipc_dir (see KernelJail)")
-        self.client_factory = SandboxedKernelClient
-        self.transport = "ipc"
-        self.ip = str(Path(self.ipc_dir) / "kernel")
-        self.connection_file = str(Path(self.ipc_dir) / "kernel.json")
-
-    @property
-    def kernel_spec(self):
-        spec = super().kernel_spec
-        if spec is not None and spec.interrupt_mode != "message":
-            spec.interrupt_mode = "message"
-        return spec
-
-    def write_connection_file(self, **kwargs) -> None:
-        super().write_connection_file(**kwargs)
-        if self.sandbox_uid >= 0 and os.path.exists(self.connection_file):
-            os.chown(self.connection_file, self.sandbox_uid, self.sandbox_uid)
-
-    def lock_connection_folder(self) -> bool:
-        """Once the kernel is up, take its connection folder back: return whether it was locked.
-
-        The folder is the one path on the grader's disk the kernel can write to, and only for
-        its start-up (its connection file and ZeroMQ sockets). As root, the folder and the
-        connection file then belong to root again (0755, 0644): the kernel, uid
-        :data:`SANDBOX_UID`, can neither add a file there nor grow one. Its sockets stay
-        bound. Under a user namespace the kernel is the grader's own user, so nothing changes
-        (False); the folder's files still end with the notebook.
-        """
-        if self.sandbox_uid < 0:
-            return False
-        folder = Path(self.ipc_dir)
-        for entry in folder.iterdir():
-            if entry.is_file() and not entry.is_symlink():
-                os.chown(entry, 0, 0, follow_symlinks=False)
-                entry.chmod(0o644)
-        os.chown(folder, 0, 0)
-        folder.chmod(0o755)
-        return True
-
-    def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
-        return list(self.jail_prefix) + super().format_kernel_cmd(extra_arguments)
-
-    async def _async_launch_kernel(self, kernel_cmd, **kw):
-        # The kernel's own stdout and stderr (Ray's start-up messages, a crash's last words)
-        # would be the grader's log file, which the kernel could fill: they go through a pipe
-        # instead, of which the first KERNEL_LOG_BYTES reach the log.
-        kw["stdout"] = subprocess.PIPE
-        kw["stderr"] = subprocess.STDOUT
-        result = await super()._async_launch_kernel(kernel_cmd, **kw)
-        process = getattr(self.provisioner, "process", None)
-        if process is not None and process.stdout is not None:
-            threading.Thread(target=_forward_capped, args=(process.stdout, KERNEL_LOG_BYTES), daemon=True,
-                             name="kernel-log").start()
-        return result
-
-    def client(self, **kwargs):
-        """A client whose ZeroMQ sockets drop any message over :data:`MAX_MESSAGE_BYTES`."""
-        import zmq
-
-        kc = super().client(**kwargs)
-        kc.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        return kc
+def _tool(name: str) -> str:
+    """The absolute path of a command the launcher runs with an empty environment."""
+    return shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.path.exists(p)), name)

@@ -10,13 +10,14 @@ kernel) is a ``timeout`` that says so, never blamed on the machine's load.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 from raydata_course.layout import IOPUB_TIMEOUT_S
 from raydata_course.units import GiB
 
-__all__ = ["MEMORY_ERRORS", "classify", "read_json"]
+__all__ = ["MEMORY_ERRORS", "classify", "read_json", "without_folders"]
 
 #: Exceptions that mean a cell ran out of memory.
 MEMORY_ERRORS = ("MemoryError", "OutOfMemoryError", "ObjectStoreFullError")
@@ -27,6 +28,31 @@ def _where(progress: dict | None) -> str:
         return "before the first cell"
     gid = progress.get("grade_id")
     return f"cell {gid!r}" if gid else f"cell {progress.get('index', 0) + 1} (one of your own cells)"
+
+
+def without_folders(text: str, folders: dict[str | os.PathLike, str]) -> str:
+    """``text`` with every mention of the instructor's folders replaced by a name for it.
+
+    An error's text (an ``OSError``'s file name, say) can hold the path of the submissions
+    folder or the grading folder, which a message to a student must not show.
+
+    Args:
+        text: the text, an exception's message say.
+        folders: ``{folder: what to write instead}``, e.g. ``{out: "<grading folder>"}``; each
+            folder is also replaced as its real path (links resolved).
+
+    Examples:
+        >>> without_folders("can't write '/srv/out/received/a.ipynb'", {"/srv/out": "<grading folder>"})
+        "can't write '<grading folder>/received/a.ipynb'"
+    """
+    pairs = {}
+    for folder, name in folders.items():
+        for form in (os.fspath(folder), os.path.realpath(folder)):
+            if form not in ("", "/", "."):
+                pairs[form.rstrip("/")] = name
+    for form in sorted(pairs, key=len, reverse=True):
+        text = text.replace(form, pairs[form])
+    return text
 
 
 def read_json(path: Path) -> dict | None:

@@ -196,7 +196,9 @@ def _kind(mode: int) -> str:
 
 
 def _why(exc: BaseException) -> str:
-    text = str(exc).strip()
+    # an OSError's text names the file by its path in the instructor's submissions folder:
+    # the message says which file already, so only the reason is kept
+    text = (exc.strerror or "") if isinstance(exc, OSError) and exc.filename is not None else str(exc).strip()
     text = text if len(text) <= 160 else text[:157] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
