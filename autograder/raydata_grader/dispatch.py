@@ -46,7 +46,7 @@ from raydata_grader.jobs import (GradeJob, JobLimits, JobResult, NodeMismatch, S
                                  notebook_bytes_needed, run_job)
 from raydata_grader.kit import CourseKit, installation_digest
 
-__all__ = ["ClusterError", "ClusterTooSmall", "NodeFacts", "default_jobs", "LocalRunner", "ClusterRunner", "node_facts"]
+__all__ = ["ClusterError", "ClusterTooSmall", "NodeFacts", "default_jobs", "LocalRunner", "ClusterRunner", "node_facts", "runner_for"]
 
 #: Seconds every node gets to answer the check before the first notebook.
 NODE_CHECK_S = 300.0
@@ -363,3 +363,16 @@ class ClusterRunner:
                     ray.cancel(ref, force=True)
         finally:
             ray.shutdown()
+
+
+def runner_for(options, kits: dict[str, CourseKit], support, log):
+    """The runner a grading run's options ask for (:class:`~raydata_grader.grade.GradeOptions`):
+    a :class:`ClusterRunner` with ``cluster``, else a :class:`LocalRunner` of ``jobs`` (by
+    default as many as :func:`default_jobs` finds room for, said in the log)."""
+    if options.cluster:
+        return ClusterRunner(options.cluster, kits, options.limits, options.cpus_per_notebook, options.retries, log)
+    if options.jobs is not None:
+        return LocalRunner(options.jobs, kits)
+    jobs, reason = default_jobs(options.limits, options.cpus_per_notebook, bool(support and support.cgroups))
+    log(f"[grade] notebooks graded {reason} (--jobs N to choose)")
+    return LocalRunner(jobs, kits)

@@ -73,6 +73,7 @@ from raydata_course.classroom.lint import lint_notebook
 from raydata_course.classroom.reading import exercise_of
 from raydata_course.layout import GRADER_CELL_TIMEOUT_S
 from raydata_course.units import GiB
+from raydata_grader.dispatch import runner_for
 from raydata_grader.course_dir import assignment_duedate, ensure_course
 from raydata_grader.feedback import write_feedback
 from raydata_grader.inert import inert_notebook, keep_received
@@ -228,18 +229,6 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
                          student=student, findings=findings)
 
 
-def _runner(options: GradeOptions, kits: dict[str, CourseKit], support, log):
-    from raydata_grader.dispatch import ClusterRunner, LocalRunner, default_jobs
-
-    if options.cluster:
-        return ClusterRunner(options.cluster, kits, options.limits, options.cpus_per_notebook, options.retries, log)
-    if options.jobs is not None:
-        return LocalRunner(options.jobs, kits)
-    jobs, reason = default_jobs(options.limits, options.cpus_per_notebook, bool(support and support.cgroups))
-    log(f"[grade] notebooks graded {reason} (--jobs N to choose)")
-    return LocalRunner(jobs, kits)
-
-
 def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options: GradeOptions | None = None) -> dict[tuple[str, str], Row]:
     """Grade every submission under ``submissions`` into the course folder ``out``.
 
@@ -379,7 +368,7 @@ def _grade_jobs(out: Path, planned: list[Planned], kits: dict[str, CourseKit], r
                 support, log, now) -> RunStats:
     """Run the planned jobs and merge each result as it comes; return the run's figures."""
     by_key = {(p.job.student, p.job.assignment): p for p in planned}
-    runner = _runner(options, kits, support, log)
+    runner = runner_for(options, kits, support, log)
     with runner:
         log(f"[grade] grading {len(planned)} notebook(s) {runner.describe()}")
         stats = RunStats(mode=runner.describe(), slots=runner.slots)
