@@ -2,7 +2,9 @@
 
 Each ``autograder/mutants/<assignment>/<name>.py`` defines ``ANSWERS`` (``{grade_id: code}``
 replacing answer cells of the reference solution) and ``FAILS`` (the grade cells it must
-fail); its docstring says which mistake it makes. A fixture named ``ok*`` with an empty
+fail), and may define ``OBSERVED_FAILS`` (those of them that only a grading in the sandbox
+fails: the judge sees them from the host); its docstring says which mistake it makes. A
+fixture named ``ok*`` with an empty
 ``FAILS`` is the opposite: a correct answer in another style, which must score full marks
 (one that a check could fail by chance, for instance). :func:`mutant_groups` decides which mutants
 can share one graded notebook, so the contract tests grade fewer notebooks.
@@ -35,12 +37,16 @@ class Mutant:
         answers: ``{grade_id: code}`` replacing those answer cells of the reference answers.
         fails: grade cells that must score 0; every other grade cell must score full marks.
             Empty for a correct answer (``ok*``).
+        observed_fails: those of ``fails`` that fail only where the judge observes the kernel's
+            sandbox from the host (``OBSERVED_FAILS``; a split that is not a ``streaming_split``
+            shows only in the sandbox's processes): graded without a sandbox, they pass.
     """
 
     name: str
     description: str
     answers: dict[str, str]
     fails: frozenset[str]
+    observed_fails: frozenset[str] = frozenset()
 
 
 def load_mutants(assignment: str, root: str | os.PathLike | None = None) -> list[Mutant]:
@@ -60,7 +66,7 @@ def load_mutants(assignment: str, root: str | os.PathLike | None = None) -> list
         mutants.append(
             Mutant(path.stem, (namespace.get("__doc__") or "").strip(),
                    {k: v.strip("\n") + "\n" for k, v in namespace["ANSWERS"].items()},
-                   frozenset(namespace["FAILS"]))
+                   frozenset(namespace["FAILS"]), frozenset(namespace.get("OBSERVED_FAILS", ())))
         )
     return mutants
 

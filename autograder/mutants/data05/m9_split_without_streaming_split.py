@@ -13,3 +13,6 @@ def read_shards(ds, num_shards: int) -> list:
 ''',
 }
 FAILS = {"read_shards_hidden"}
+#: Only the sandbox's processes show that no split coordinator ran: graded without a sandbox
+#: (the contract tests), the rows alone pass.
+OBSERVED_FAILS = {"read_shards_hidden"}
