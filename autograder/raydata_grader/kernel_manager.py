@@ -114,6 +114,26 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self.sandbox_uid >= 0:
             os.chown(self.connection_file, self.sandbox_uid, self.sandbox_uid)
 
+    def _reconcile_connection_info(self, info) -> None:
+        """jupyter_client's check, after the launch, that the connection file holds what the
+        provisioner returned; here the file names the sockets as the kernel sees them (see
+        :meth:`write_connection_file`), so that is what it must hold. Without this, the check
+        finds the file different, removes it and writes it again while the kernel may be
+        reading it or writing its own: a kernel start that failed now and then with
+        ``FileNotFoundError`` on the connection file."""
+        if os.path.exists(self.connection_file):
+            try:
+                with open(self.connection_file) as f:
+                    on_disk = json.load(f)
+                on_disk["key"] = on_disk["key"].encode()
+            except (OSError, ValueError, KeyError, AttributeError):
+                on_disk = None
+            inside = {**info, "ip": f"{SANDBOX_IPC_DIR}/{Path(str(info.get('ip', ''))).name}"}
+            if on_disk is not None and self._equal_connections(inside, on_disk) and self._equal_connections(
+                    info, self.get_connection_info()):
+                return
+        super()._reconcile_connection_info(info)
+
     def lock_connection_folder(self) -> bool:
         """Once the kernel is up, take its connection folder back: return whether it was locked.
 
