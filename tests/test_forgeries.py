@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from raydata_course.units import GiB
-from raydata_grader.facts import rests_on_reported
+from raydata_grader.facts import forged_by, rests_on_reported
 from raydata_grader.grade import GradeOptions, grade_class
 from raydata_grader.judge import load_checks
 from raydata_grader.paths import oracles_dir
@@ -61,10 +61,10 @@ def test_no_forgery_scores_above_its_unforged_twin(tmp_path, sandbox_support):
             problems.append(f"{forgery.student}: {row.status}, expected {forgery.status} ({row.message[:300]})")
         if row.status == "review":
             reported_cells = {gid for gid, check in load_checks(forgery.assignment, oracles_dir()).items()
-                              if rests_on_reported(check)}
+                              if rests_on_reported(check) or forged_by(check)}
             if not row.held or not set(row.held) <= reported_cells:
                 problems.append(f"{forgery.student}: in review holding {sorted(row.held)}, not only cells that rest "
-                                f"on reported facts ({sorted(reported_cells)})")
+                                f"on reported or imitable facts ({sorted(reported_cells)})")
             if lost - set(row.held) != set(twin_lost) - set(row.held):
                 problems.append(f"{forgery.student}: lost {sorted(lost)} besides what is held, twin {sorted(twin_lost)}")
         elif lost != set(twin_lost):

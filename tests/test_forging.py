@@ -76,6 +76,59 @@ FORGING = {
     "environment": "import os\nos.environ['RAY_DATA_X'] = '1'",
     "write guard switched off": "import pyarrow.parquet as pq\nfrom unittest import mock\nmock.patch.stopall()",
     "writer restored": "import pyarrow.parquet as pq\nimport pyarrow.parquet.core as core\npq.write_table = core.write_table",
+    # a module or class laundered through an expression before it is changed
+    "for-loop alias": "import raydata_course.judging.helpers\nfor h in [rc.judging.helpers]:\n    h.is_instance = None",
+    "for-loop alias of a class": "for T in [SlowTrainer]:\n    T.step = None",
+    "list-subscript alias": "T = [SlowTrainer][0]\nT.step = None",
+    "getattr of a submodule": "h = getattr(rc, 'chapters').ch04_backpressure\nh.measure_configured_run = None",
+    "parameter default": "def fix(T=SlowTrainer):\n    T.step = None\nfix()",
+    "with-as": "import contextlib\nwith contextlib.nullcontext(SlowTrainer) as T:\n    T.step = None",
+    "conditional alias": "T = SlowTrainer if True else None\nT.step = None",
+    "tuple unpacking": "T, = (SlowTrainer,)\nT.step = None",
+    "comprehension": "[T for T in [SlowTrainer]][0].step = None",
+    "class attribute": "class Box:\n    T = SlowTrainer\nBox.T.step = None",
+    "decorator argument": "def install(T):\n    def deco(f):\n        T.step = f\n        return f\n    return deco\n"
+                          "@install(SlowTrainer)\ndef step(self, batch):\n    pass",
+    "call-rooted target": "(lambda: SlowTrainer)().step = None",
+    "own function returns a class": "def get():\n    return SlowTrainer\nT = get()\nT.step = None",
+    "submodule in a list": "mods = [rc.chapters.ch04_backpressure]\nmods[0].measure_configured_run = None",
+    "type of an argument": "def train(ds, trainer):\n    type(trainer).problems = property(lambda self: [])",
+    "type kept in a name": "def train(ds, trainer):\n    T = type(trainer)\n    T.problems = property(lambda self: [])",
+    "setattr as a value": "put = setattr\nput(SlowTrainer, 'step', None)",
+    "map over setattr": "list(map(setattr, [SlowTrainer], ['step'], [None]))",
+    "reduce over getattr": "import functools\nh = functools.reduce(getattr, ['chapters', 'ch04_backpressure'], rc)",
+    "attrgetter": "import operator\nids = operator.attrgetter('_ids')",
+    "abc register": "from ray.data.collate_fn import CollateFn\nCollateFn.register(int)",
+    # the grader's code and hooks in the kernel
+    "grader helpers by name": "x = rc.judging",
+    "grader helpers in a string": "import logging.config\nlogging.config.dictConfig({'version': 1, 'filters': {'f': {'()': "
+                                  "'raydata_course.judging.helpers.is_instance'}}})",
+    "executor callback spy": "def configure(ctx):\n    ctx.custom_execution_callback_classes = list(ctx.custom_execution_callback_classes)",
+    # unpickling through libraries
+    "pandas read_pickle": "import pandas as pd\npd.read_pickle('x.pkl')",
+    "numpy allow_pickle": "np.load('x.npy', allow_pickle=True)",
+    "torch weights_only off": "import torch\ntorch.load('x.pt', weights_only=False)",
+    "ray's cloudpickle": "import ray.cloudpickle as cp\ncp.loads(b'')",
+    "ray's cloudpickle by attribute": "ray.cloudpickle.loads(b'')",
+    "joblib": "import joblib\njoblib.load('x')",
+    # what logging keeps (the grader reads Ray Data's warnings)
+    "logging filter": "import logging\nlogging.getLogger('ray.data._internal.util').addFilter(lambda r: False)",
+    "logger handle replaced": "import logging\nlogging.getLogger('ray.data').handle = lambda r: None",
+    "logger propagate": "import logging\nlogging.getLogger('ray.data._internal.util').propagate = False",
+    "logging dictConfig": "import logging.config\nlogging.config.dictConfig({'version': 1})",
+    # names a locked cell uses, bound again
+    "imported helper redefined": "_measure = measure_configured_run\ndef measure_configured_run(*a, **k):\n    return _measure(*a, **k)",
+    "imported class shadowed": "class SlowTrainer(SlowTrainer):\n    problems = []",
+    "imported name assigned": "measure_configured_run = lambda *a, **k: None",
+    "imported name imported again": "from raydata_course.chapters.ch03_pools import local_setup_events as measure_configured_run",
+    # what the judge observes, imitated
+    "a decoy split coordinator": "@ray.remote\nclass SplitCoordinator:\n    def get(self):\n        return 1",
+    "a decoy pool actor": "class MapWorker:\n    pass",
+    "a task named like a write": "@ray.remote\ndef w():\n    pass\nw.options(name='Write').remote()",
+    "a private copy of the model": "import shutil\nshutil.copy('model.pt', '/tmp/m.pt')",
+    "the model's bytes": "from pathlib import Path\nblob = Path('model.pt').read_bytes()",
+    "bytes in memory": "import io\nbuf = io.BytesIO(b'')",
+    "binary open": "with open('model.pt', 'rb') as f:\n    blob = f.read()",
 }
 
 HONEST = {
@@ -93,6 +146,18 @@ HONEST = {
     "a data context": "ctx = ray.data.DataContext.get_current()\nctx.execution_options.preserve_order = True",
     "seeding": "np.random.seed(0)\nimport torch\ntorch.manual_seed(0)",
     "pathlib": "from pathlib import Path\npaths = sorted(str(p) for p in Path('.').glob('*.parquet'))",
+    "display settings": "import pandas as pd\nimport matplotlib.pyplot as plt\nimport torch\npd.options.display.max_rows = 10\n"
+                        "plt.rcParams['figure.figsize'] = (8, 3)\ntorch.backends.cudnn.deterministic = True",
+    "a context's setting by call": "ray.data.DataContext.get_current().enable_progress_bars = False",
+    "a UDF handed to a helper": "def decoded(ds, fn, rows):\n    return ds.map_batches(fn, batch_size=rows)\n"
+                                "out = decoded(ray.data.range(4), np.sqrt, 2)",
+    "batches changed in a loop": "for batch in ray.data.range(4).iter_batches(batch_size=2):\n    batch['id'] = batch['id'] * 2",
+    "arrays filled": "pred = np.zeros(4).astype(np.int64)\npred[pred < 1] = -1\nn = len(pred)\nout = np.zeros((n, 2), np.float32)\nout[0, 1] = 1.0",
+    "a model's layers": "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                        "        self.fc = torch.nn.Linear(64, 10)\nnet = Net()\nnet.fc.weight.requires_grad = True",
+    "a quieter logger": "import logging\nlogging.getLogger('ray').setLevel(logging.ERROR)",
+    "a docstring that says Write": "def write_files(table, folder, n):\n    \"\"\"Write table as n Parquet files.\"\"\"\n    return []",
+    "a text file": "with open('notes.txt', 'w') as f:\n    f.write('x')",
 }
 
 

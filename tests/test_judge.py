@@ -469,3 +469,33 @@ def test_a_class_is_known_by_identity_not_by_name():
     assert is_instance(Real(), "ray.data.collate_fn", "CollateFn")
     assert not is_instance(Fake(), "ray.data.collate_fn", "CollateFn")
     assert isinstance(Pretender(), CollateFn) and not is_instance(Pretender(), "ray.data.collate_fn", "CollateFn")
+
+
+def test_warnings_are_captured_whatever_the_notebook_did_to_logging():
+    """The helper that reads Ray Data's warnings undoes, while it runs, what a notebook can do to
+    its logger family: a filter, a raised level, propagation cut, a logger disabled or a method
+    replaced on a child logger; and it puts all of that back afterwards."""
+    import logging
+
+    from raydata_course.judging import helpers
+
+    child = logging.getLogger("course_test.family.child")
+    parent = logging.getLogger("course_test.family")
+    drop = lambda record: False  # noqa: E731
+    child.addFilter(drop)
+    child.setLevel(logging.CRITICAL)
+    child.propagate = False
+    parent.disabled = True
+    child.handle = lambda record: None
+    try:
+        got = helpers.call_capturing_warnings(lambda: child.warning("concurrency is deprecated") or 7,
+                                              logger_name="course_test.family")
+        assert got == {"result": 7, "messages": ["concurrency is deprecated"]}
+        assert child.filters == [drop] and child.level == logging.CRITICAL and child.propagate is False
+        assert parent.disabled is True and "handle" in vars(child)
+    finally:
+        child.filters.clear()
+        child.setLevel(logging.NOTSET)
+        child.propagate = True
+        parent.disabled = False
+        vars(child).pop("handle", None)

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from raydata_grader.facts import REPORTED, InventoryError, facts_of, inventory_rows, recomputed, reported
+from raydata_grader.facts import (REPORTED, InventoryError, facts_of, forged_by, inventory_rows, observed,
+                                  recomputed, reported)
 from raydata_grader.gradebook import GradebookRecord, NotebookRecord, apply_record
 from raydata_grader.judge import judges, load_checks
 from raydata_grader.paths import ASSIGNMENTS, oracles_dir
 from raydata_grader.records import Row, read_rows, save_rows
-from raydata_grader.review import decide, hold, hold_in_gradebook, pending, release_in_gradebook, sync_formgrader
+from raydata_grader.review import cells_to_hold, decide, hold, hold_in_gradebook, pending, release_in_gradebook, sync_formgrader
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = {"a_visible": 1.0, "a_hidden": 2.0, "b_visible": 1.0, "b_hidden": 2.0}
@@ -84,6 +85,23 @@ def test_the_hold_takes_only_the_reported_points_and_only_with_findings():
     failed = _row(score=4.0, cells={**_row().cells, "b_hidden": [0.0, 2.0]})
     kept = hold(failed, ["b_hidden"], [FINDING])
     assert kept.status == "graded" and kept.held == {} and kept.findings == [FINDING] and "no point" in kept.message
+
+
+def test_an_observed_fact_that_code_could_imitate_is_held_only_when_the_scan_finds_that_code():
+    """data05's split is observed from Ray's own processes, but a class of the notebook's named
+    SplitCoordinator would show the same title: the check names the rule that flags such a
+    class, and only a notebook that trips it has the check's points held."""
+    split = load_checks("data05", oracles_dir())["read_shards_hidden"]
+    assert forged_by(split) == ["impostor-name"]
+    imitable = {"read_shards_hidden": forged_by(split)}
+    assert cells_to_hold(["collate_hidden"], imitable, ["patches-imported"]) == {"collate_hidden"}
+    assert cells_to_hold(["collate_hidden"], imitable, ["impostor-name"]) == {"collate_hidden", "read_shards_hidden"}
+    with pytest.raises(ValueError, match="rules the scan does not have"):
+        observed("x", "y", forged_by=("no-such-rule",))
+    with pytest.raises(ValueError, match="only an observed fact"):
+        from raydata_grader.facts import Fact
+
+        Fact("reported", "x", "y", ("impostor-name",))
 
 
 @pytest.fixture(scope="module")

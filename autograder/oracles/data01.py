@@ -252,6 +252,15 @@ def _writes(k, folder: str):
     return watch
 
 
+def _ray_data_writer(title: str) -> bool:
+    """A process title of Ray Data's write tasks: ``ray::Write`` or a fused ``ray::ReadRange->Write``
+    (Ray names a task's worker after the task, and Ray Data's write operator is ``Write``), or a
+    worker just back to ``ray::IDLE`` when the judge read the title."""
+    if title == "ray::IDLE":
+        return True
+    return title.startswith("ray::") and title.rsplit("->", 1)[-1].startswith(("Write", "ray::Write"))
+
+
 def _check_writers(watch: WriterWatch, paths: list[str], what: str) -> None:
     """Every file must have been written, and only by Ray's workers."""
     written = watch.stop()
@@ -260,7 +269,7 @@ def _check_writers(watch: WriterWatch, paths: list[str], what: str) -> None:
         by_file.setdefault(Path(w.path).name, set()).add(w.title)
     for path in paths:
         titles = by_file.get(Path(path).name, set())
-        assert titles and all(t.startswith("ray::") for t in titles), (
+        assert titles and all(_ray_data_writer(t) for t in titles), (
             f"{what}, the files were not written by Ray Data's workers (the grader saw who wrote each one): "
             "write them with Dataset.write_parquet, not with pyarrow, pandas or another process."
         )
@@ -268,16 +277,18 @@ def _check_writers(watch: WriterWatch, paths: list[str], what: str) -> None:
 
 @judges("write_files_hidden", facts=[
     _FILES, recomputed("the paths returned: exactly the files written, sorted"),
-    observed("only Ray's worker processes wrote the files",
-             "fanotify on the folder, read by the host: each writer's pid and title (as root; elsewhere the kernel's "
-             "guard that makes the driver's Parquet writers fail, a reported fact)"),
+    observed("only Ray Data's write tasks wrote the files",
+             "fanotify on the folder, read by the host: each writer's pid and title, ray::...Write (as root; elsewhere "
+             "the kernel's guard that makes the driver's Parquet writers fail, a reported fact)",
+             forged_by=("impostor-name",)),
 ])
 def check_write_files(k):
     """Other file counts: the paths returned, the files' contents and count, and their writers.
 
     The judge reads the files from the host and watches which processes write them
-    (:class:`raydata_grader.file_events.WriterWatch`): every file must come from a Ray worker
-    (title ``ray::...``), not from the driver or another process. Where it cannot watch (no
+    (:class:`raydata_grader.file_events.WriterWatch`): every file must come from one of Ray
+    Data's write tasks (title ``ray::...Write``), not from the driver, a task of the notebook's
+    own or another process. Where it cannot watch (no
     sandbox, or not root), it relies on a guard in the kernel instead
     (``call_without_driver_parquet_writes`` makes pyarrow's and pandas' writers fail in the
     kernel's own process, which code there could undo): a reported fact.

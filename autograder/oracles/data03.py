@@ -281,7 +281,8 @@ def visible_predict_wine(k):
     reported("a fixed pool of exactly num_actors actors", "the plan's compute strategy, read in the kernel"),
     observed("num_actors actors, each loading the model once",
              "the pool's actor processes by title, and the opens of the model file (inotify), read by the host; "
-             "without a sandbox, the course's set-up log in the kernel (reported)"),
+             "without a sandbox, the course's set-up log in the kernel (reported)",
+             forged_by=("impostor-name", "copies-files")),
     recomputed("every row once, with the judge's own model's prediction"),
 ])
 @_with_model_in_kernel

@@ -242,35 +242,44 @@ def visible_read_shards(k):
     assert sorted(ids.tolist()) == sorted(train.column("id").to_pylist()), "every row must reach exactly one shard"
 
 
-#: The title of the actor a streaming_split starts (Ray 2.60: ``SplitCoordinator`` in
-#: ``ray/data/_internal/iterator/stream_split_iterator.py``).
-SPLIT_ACTOR = "ray::SplitCoordinator"
+#: The titles that the actor a streaming_split starts (Ray 2.60: ``SplitCoordinator`` in
+#: ``ray/data/_internal/iterator/stream_split_iterator.py``) shows while it serves the shards' readers (Ray sets a worker's title to
+#: ``ray::<class>.<method>`` while an actor method runs): a split that is made but never read
+#: shows only ``.__init__`` and the idle title.
+SPLIT_SERVING = ("ray::SplitCoordinator.start_epoch", "ray::SplitCoordinator.get")
+#: Seconds between samples of the sandbox's processes while the shards are read.
+SPLIT_SAMPLE_S = 0.02
 
 
 @judges("read_shards_hidden", facts=[
     recomputed("every row reaches exactly one of 3 shards; every shard gets rows", "the ids each shard read"),
-    observed("the shards come from a streaming_split",
-             "the split's coordinator actor (ray::SplitCoordinator) seen among the sandbox's processes from the host; "
-             "without a sandbox, not checked (reported)"),
+    observed("the shards were read through a streaming_split",
+             "the split's coordinator actor seen serving the readers (titles ray::SplitCoordinator.start_epoch or "
+             ".get) among the sandbox's processes from the host; without a sandbox, not checked (reported)",
+             forged_by=("impostor-name",)),
     observed("the read finished within the time limit", "timed by the judge's clock (and stopped in the kernel)"),
 ])
 def check_read_shards(k):
     """Other row and shard counts: every row reaches exactly one shard, within a time limit, from
     a ``streaming_split``.
 
-    Observed from the host: while ``read_shards`` runs, a new ``ray::SplitCoordinator`` actor
-    (the one each ``streaming_split`` starts) shows among the sandbox's processes; and the read
-    is timed here. The ids each shard read are checked here.
+    Observed from the host: while ``read_shards`` runs, the coordinator actor that a
+    ``streaming_split`` starts serves the shards' readers (its process shows the titles of
+    :data:`SPLIT_SERVING`); a split made but not read does not. The blocks come late (each is
+    delayed at random up to 0.3 s), so the readers wait on the coordinator long enough to be seen.
+    The read is timed here, and the ids each shard read are checked here.
     """
     num_rows, num_blocks, num_shards = 1001, 9, 3
-    ds = k.module("ray.data").range(num_rows, override_num_blocks=num_blocks)
-    watch = k.outside.watch() if k.observable() else None
+    ds = k.remote_call(k.helper("jittered_range"), num_rows, num_blocks, 0.3)
+    watch = k.outside.watch(SPLIT_SAMPLE_S) if k.observable() else None
     if watch is not None:
         with watch:
             shards = _read_shards(k, ds, num_shards)
-        assert watch.pids_titled(SPLIT_ACTOR, new_only=True), (
-            "read_shards did not use ds.streaming_split (the grader saw no split coordinator in Ray while your "
-            "shards were read): split the dataset with streaming_split(num_shards, equal=False).")
+        serving = set().union(*(watch.pids_titled(t, new_only=True) for t in SPLIT_SERVING))
+        assert serving, (
+            "read_shards did not read its shards through ds.streaming_split (the grader saw no split coordinator "
+            "serving your readers while the shards were read): split the dataset with "
+            "streaming_split(num_shards, equal=False) and iterate over those shards.")
     else:
         shards = _read_shards(k, ds, num_shards)
     ids = _shard_ids(shards, num_shards)

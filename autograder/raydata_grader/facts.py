@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 __all__ = ["RECOMPUTED", "OBSERVED", "REPORTED", "KINDS", "Fact", "recomputed", "observed", "reported",
-           "facts_of", "rests_on_reported", "inventory_rows", "inventory_markdown", "InventoryError"]
+           "facts_of", "rests_on_reported", "forged_by", "inventory_rows", "inventory_markdown", "InventoryError"]
 
 RECOMPUTED = "recomputed"
 OBSERVED = "observed outside"
@@ -48,17 +48,30 @@ class Fact:
         what: the fact, in a few words ("every row's phenol_ratio", "the UDF's time").
         how: where the judge gets it ("each call timed by the judge", "the sandbox's /dev/shm
             read from the host").
+        forged_by: for an observed fact that code in the sandbox could still imitate (a Ray
+            actor of the student's named like Ray Data's, a private copy of a file the judge
+            counts the opens of), the rules of :mod:`raydata_grader.forging` that flag such
+            code: when the notebook trips one, the check's points are held for review as if
+            the fact were reported.
     """
 
     kind: str
     what: str
     how: str
+    forged_by: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"a fact's kind is one of {KINDS}, not {self.kind!r}")
         if not self.what.strip() or not self.how.strip():
             raise ValueError("a fact says what it is and how the judge gets it")
+        from raydata_grader.forging_rules import RULES
+
+        unknown = set(self.forged_by) - set(RULES)
+        if unknown:
+            raise ValueError(f"forged_by names rules the scan does not have: {sorted(unknown)} (rules: {RULES})")
+        if self.forged_by and self.kind != OBSERVED:
+            raise ValueError("only an observed fact names forged_by (a reported fact is held on any finding)")
 
 
 def recomputed(what: str, how: str = "recomputed by the judge from the values returned") -> Fact:
@@ -66,9 +79,10 @@ def recomputed(what: str, how: str = "recomputed by the judge from the values re
     return Fact(RECOMPUTED, what, how)
 
 
-def observed(what: str, how: str) -> Fact:
-    """A fact the judge sees from outside the student's process (``how`` says from where)."""
-    return Fact(OBSERVED, what, how)
+def observed(what: str, how: str, forged_by: tuple[str, ...] = ()) -> Fact:
+    """A fact the judge sees from outside the student's process (``how`` says from where;
+    ``forged_by``: the scan's rules that flag code which could imitate it, see :class:`Fact`)."""
+    return Fact(OBSERVED, what, how, tuple(forged_by))
 
 
 def reported(what: str, how: str) -> Fact:
@@ -84,6 +98,11 @@ def facts_of(check: Callable) -> tuple[Fact, ...]:
 def rests_on_reported(check: Callable) -> bool:
     """True when the check's verdict rests on at least one :func:`reported` fact."""
     return any(f.kind == REPORTED for f in facts_of(check))
+
+
+def forged_by(check: Callable) -> list[str]:
+    """The scan's rules that could imitate one of the check's observed facts (sorted, no repeats)."""
+    return sorted({rule for f in facts_of(check) for rule in f.forged_by})
 
 
 class InventoryError(ValueError):
@@ -121,7 +140,8 @@ def inventory_rows(assignments: tuple[str, ...], oracles: str | os.PathLike) -> 
                                "(@judges(..., facts=(recomputed(...), observed(...), reported(...))))")
             for fact in facts:
                 rows.append({"assignment": assignment, "grade_id": gid, "check": check.__name__,
-                             "kind": fact.kind, "what": fact.what, "how": fact.how})
+                             "kind": fact.kind, "what": fact.what, "how": fact.how,
+                             "forged_by": list(fact.forged_by)})
     if missing:
         raise InventoryError("the inventory is incomplete:\n" + "\n".join(missing))
     return rows
@@ -134,6 +154,7 @@ def inventory_markdown(rows: list[dict]) -> str:
     counts = {k: sum(r["kind"] == k for r in rows) for k in KINDS}
     cells = {(r["assignment"], r["grade_id"]) for r in rows}
     held = {(r["assignment"], r["grade_id"]) for r in rows if r["kind"] == REPORTED}
+    imitable = {(r["assignment"], r["grade_id"]) for r in rows if r.get("forged_by")} - held
     lines = [
         "# What each grade cell rests on",
         "",
@@ -147,15 +168,20 @@ def inventory_markdown(rows: list[dict]) -> str:
         "- **reported**: the student's process computed it and sent it. Such a fact never earns a point on its "
         "own: when the notebook holds code that could forge one, the check's points are held for review.",
         "",
+        "An observed fact that code in the sandbox could still imitate names the scan's rules that flag such "
+        "code (\"held if\"): a notebook that trips one has that check's points held for review too.",
+        "",
         f"{len(cells)} grade cells; facts: " + ", ".join(f"{counts[k]} {k}" for k in KINDS)
-        + f"; {len(held)} grade cells rest on at least one reported fact.",
+        + f"; {len(held)} grade cells rest on at least one reported fact, and {len(imitable)} more on an "
+        "observed fact that flagged code could imitate.",
         "",
     ]
     for assignment in sorted({r["assignment"] for r in rows}):
         mine = [r for r in rows if r["assignment"] == assignment]
         lines += [f"## {assignment}", "",
-                  markdown_table(["grade cell", "fact", "kind", "where the judge gets it"],
-                                 [[f"`{r['grade_id']}`", r["what"], r["kind"], r["how"]] for r in mine]), ""]
+                  markdown_table(["grade cell", "fact", "kind", "where the judge gets it", "held if"],
+                                 [[f"`{r['grade_id']}`", r["what"], r["kind"], r["how"],
+                                   ", ".join(f"`{x}`" for x in r.get("forged_by", []))] for r in mine]), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

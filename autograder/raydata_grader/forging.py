@@ -16,15 +16,22 @@ answer written from the chapters never meets one (the tests scan the reference s
 every mutant and independent correct answers). What is flagged, by rule:
 
 - ``patches-imported``: an assignment or ``del`` into something imported (``time.perf_counter
-  = ...``, ``rc.judging.helpers.x = ...``, ``SlowTrainer.step = ...``, ``pq.write_table[...]``),
-  or into a name that holds one (``t = time; t.x = ...``);
+  = ...``, ``SlowTrainer.step = ...``, ``pq.write_table[...]``), into a name that may hold one
+  however it got there (an alias, a for loop or ``with`` over it, a list, a condition, tuple
+  unpacking, a parameter's default, a class attribute, a function that returns it: the names
+  are followed to a fixed point), or into the result of a call that may return one (a lambda,
+  ``getattr``, one of the notebook's functions). Display settings (``pd.options``,
+  ``plt.rcParams``, ``torch.backends``) may be set;
 - ``module-as-value``: a module used other than as ``module.attribute`` (kept in a variable,
-  passed to a function, put in a list): the way to patch it out of sight;
-- ``imported-handed-over``: something imported handed to a function of the notebook's own;
+  passed to a function, put in a list, reached with ``getattr``): the way to patch it out of sight;
+- ``imported-handed-over``: something imported handed to a function of the notebook's own that
+  sets attributes of its parameters;
 - ``dynamic-attribute``: ``setattr`` / ``delattr`` (but on ``self``), ``getattr`` with a
-  computed name, ``vars()``, ``globals()``, ``locals()``;
+  computed name, ``vars()``, ``globals()``, ``locals()``, these builtins used as values
+  (``put = setattr``, ``map(setattr, ...)``), ``operator.attrgetter`` and its kind;
 - ``runs-hidden-code``: ``exec``, ``eval``, ``compile``, ``__import__``, ``breakpoint``,
-  unpickling (``pickle``, ``cloudpickle``, ``dill``, ``marshal``), ``runpy``, ``codeop``;
+  unpickling (``pickle``, ``cloudpickle`` wherever it is reached from, ``dill``, ``marshal``,
+  ``joblib``, ``read_pickle``, ``allow_pickle=True``, ``weights_only=False``), ``runpy``, ``codeop``;
 - ``introspection``: ``ctypes``, ``gc``, ``inspect``, ``importlib``, ``builtins``, ``types``'
   function and code types, frames and tracebacks' frames (``f_back``, ``f_globals``, ...),
   ``sys.modules``, ``sys._getframe``, ``sys.settrace`` and their kind, ``threading.settrace``,
@@ -40,7 +47,18 @@ every mutant and independent correct answers). What is flagged, by rule:
   or retitle processes, ``multiprocessing``, ``pty``, ``signal``, ``setproctitle``, ``prctl``,
   and paths under ``/proc``;
 - ``kernel-hooks``: ``get_ipython`` and IPython's modules, and cell magics or shell escapes
-  other than ``%time``, ``%timeit`` and ``%matplotlib``.
+  other than ``%time``, ``%timeit`` and ``%matplotlib``;
+- ``rebinds-imported``: a top-level ``def``, ``class``, assignment or import that binds again a
+  name the instructor's cells import or define (a locked cell would call the student's one);
+- ``logging-hooks``: filters, ``dictConfig`` and its kind, and a logger's ``propagate``,
+  ``disabled`` or methods set (the judge reads Ray Data's warnings from the log);
+- ``grader-internals``: ``raydata_course.judging`` (the judge's helpers in the kernel), named in
+  code or in a string, and the Ray hooks the judge installs its probes through;
+- ``impostor-name``: a class, function, task name or string named like the Ray processes the
+  judge observes (``SplitCoordinator``, ``MapWorker``, ``Write``), which would show the same
+  process title (checked only where an observed fact names it, :mod:`raydata_grader.facts`);
+- ``copies-files``: copying a file or holding its bytes (``shutil.copy``, ``read_bytes``,
+  ``BytesIO``, a binary ``open``): a private copy of a file whose opens the judge counts.
 """
 
 from __future__ import annotations
@@ -50,7 +68,8 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-from raydata_grader.forging_rules import RULES, Finding, Scanner, safe_magic_calls
+from raydata_grader.forging_rules import (RULES, Finding, Scanner, safe_magic_calls, storing_functions,
+                                         tainted_names)
 
 __all__ = ["Finding", "find_forging", "student_cells", "describe_findings", "RULES"]
 
@@ -98,6 +117,18 @@ def student_cells(nb, release_nb=None) -> list[tuple[str, str]]:
     puts the release's source back before the kernel runs it); every other code cell is the
     student's: answer cells by their grade id, added cells as ``"cell N"``.
     """
+    out = []
+    for index, cell in _student_cell_nodes(nb, release_nb, with_index=True):
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        out.append((gid or f"cell {index + 1}", source))
+    return out
+
+
+def _student_cell_nodes(nb, release_nb=None, with_index: bool = False) -> list:
+    """The student's code cells (see :func:`student_cells`), as nodes (with their index)."""
     locked = set()
     if release_nb is not None:
         for cell in release_nb.get("cells", []):
@@ -112,10 +143,17 @@ def student_cells(nb, release_nb=None) -> list[tuple[str, str]]:
         gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
         if gid in locked:
             continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        out.append((gid or f"cell {index + 1}", source))
+        out.append((index, cell) if with_index else cell)
     return out
+
+
+def _parse(code: str) -> ast.AST | None:
+    """``code``'s syntax tree, or None when it does not parse (such a cell raises when it runs
+    and defines nothing)."""
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _imports(tree: ast.AST) -> tuple[dict[str, str], set[str]]:
@@ -153,37 +191,47 @@ def find_forging(nb, release_nb=None) -> list[Finding]:
         The findings, cell by cell, in line order. A cell that does not parse is skipped (it
         raises when it runs, and defines nothing).
     """
-    everything = []
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "code":
-            source = cell.get("source", "")
-            everything.append(_transform("".join(source) if isinstance(source, list) else str(source)))
+    mine = student_cells(nb, release_nb)
+    mine_ids = {id(cell) for cell in _student_cell_nodes(nb, release_nb)}
     imported: dict[str, str] = {}
     modules: set[str] = set()
-    own_functions: set[str] = set()
-    for source in everything:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+    protected: dict[str, str] = {}  # {name: origin} the instructor's cells import (def/class: "")
+    imports_by_cell: dict[int, dict[str, str]] = {}
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        tree = _parse(_transform("".join(source) if isinstance(source, list) else str(source)))
+        if tree is None:
             continue
         names, mods = _imports(tree)
         imported.update(names)
         modules |= mods
-    for label, source in student_cells(nb, release_nb):
-        try:
-            tree = ast.parse(_transform(source))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        own_functions |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        imports_by_cell[id(cell)] = names
+        if id(cell) not in mine_ids:
+            protected.update(names)
+            protected.update({n.name: "" for n in tree.body
+                              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))})
+    trees = [t for t in (_parse(_transform(source)) for _, source in mine) if t is not None]
+    own_functions = {n.name for t in trees for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    tainted = tainted_names(trees, imported, own_functions)
+    storing = storing_functions(trees)
     findings: list[Finding] = []
-    for label, source in student_cells(nb, release_nb):
+    for (label, source), cell in zip(mine, _student_cell_nodes(nb, release_nb)):
         code = _transform(source)
-        try:
-            tree = ast.parse(code)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = _parse(code)
+        if tree is None:
             continue
+        guarded = dict(protected)
+        if release_nb is None:  # no release to tell the instructor's cells: the earlier cells' imports
+            for other, names in imports_by_cell.items():
+                if other == id(cell):
+                    break
+                guarded.update(names)
         scanner = Scanner(label, source.splitlines() if code == source else code.splitlines(), imported, modules,
-                           own_functions)
+                          own_functions, protected=set(guarded), tainted=tainted, storing_functions=storing,
+                          is_module=_is_module)
+        scanner.protected_origins = guarded
         trees, seen = [tree], 0
         while trees and seen < 50:  # a magic's code, and a magic's within it
             node = trees.pop()

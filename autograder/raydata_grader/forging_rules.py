@@ -16,11 +16,44 @@ from dataclasses import dataclass
 __all__ = ["RULES", "Finding", "Scanner", "safe_magic_calls"]
 
 RULES = ("patches-imported", "module-as-value", "imported-handed-over", "dynamic-attribute", "runs-hidden-code",
-         "introspection", "class-identity", "private-attribute", "processes", "kernel-hooks")
+         "introspection", "class-identity", "private-attribute", "processes", "kernel-hooks", "rebinds-imported",
+         "logging-hooks", "grader-internals", "impostor-name", "copies-files")
 
 #: Calls that run code the grader cannot read, or unpickle it.
 _HIDDEN_CODE_CALLS = {"exec", "eval", "compile", "__import__", "breakpoint"}
-_HIDDEN_CODE_MODULES = {"pickle", "cloudpickle", "dill", "marshal", "runpy", "codeop", "shelve", "copyreg"}
+_HIDDEN_CODE_MODULES = {"pickle", "cloudpickle", "dill", "marshal", "runpy", "codeop", "shelve", "copyreg", "joblib",
+                        "jsonpickle", "_pickle", "pickletools"}
+#: Calls (by attribute name) that unpickle whatever they are given.
+_UNPICKLING_ATTRS = {"read_pickle", "unsafe_load", "full_load", "load_pickle"}
+#: Builtins that reach attributes or run code: as values (kept, passed, mapped) they hide a call.
+_DYNAMIC_BUILTINS = {"setattr", "getattr", "delattr", "hasattr", "vars", "globals", "locals", "exec", "eval",
+                     "compile", "__import__", "breakpoint"}
+#: Library calls that reach an attribute by a name given as data.
+_DYNAMIC_ATTRS = {("operator", "attrgetter"), ("operator", "methodcaller"), ("operator", "setitem"),
+                  ("operator", "delitem"), ("functools", "reduce")}
+#: Calls that change what logging keeps (the grader reads Ray Data's warnings from the log).
+_LOGGING_CALLS = {"addFilter", "removeFilter", "dictConfig", "fileConfig", "listen", "setLoggerClass",
+                  "setLogRecordFactory", "removeHandler"}
+#: Attributes of a logger or handler that decide what it keeps.
+_LOGGING_ATTRS = {"propagate", "disabled", "handle", "callHandlers", "filters", "handlers", "filter", "emit",
+                  "manager", "isEnabledFor", "getEffectiveLevel", "makeRecord", "root"}
+#: The names the judge sees Ray's processes by (``ray::SplitCoordinator.get``, ``ray::MapWorker(...)``,
+#: ``ray::Write``): a class, function or task of the notebook's own by such a name imitates them.
+IMPOSTOR_NAMES = ("SplitCoordinator", "MapWorker", "Write", "ReadRange", "StreamingExecutor")
+_IMPOSTOR_TEXT = re.compile(r"SplitCoordinator|MapWorker|^\s*ray::|^\s*_?(Write|ReadRange)\s*$")
+#: Calls that copy a file or hold its bytes (a private copy of a file whose opens the judge counts).
+_COPY_CALLS = {("shutil", "copy"), ("shutil", "copy2"), ("shutil", "copyfile"), ("shutil", "copyfileobj"),
+               ("shutil", "copytree"), ("shutil", "move"), ("os", "link"), ("os", "symlink"), ("os", "sendfile"),
+               ("os", "copy_file_range"), ("os", "read"), ("os", "open"), ("io", "BytesIO"), ("io", "FileIO"),
+               ("mmap", "mmap")}
+_COPY_ATTRS = {"read_bytes", "write_bytes", "save_classifier", "hardlink_to", "symlink_to", "link_to"}
+#: Imported things a notebook may set (display and determinism settings); nothing the judge reads.
+_SETTABLE = ("pandas.options", "pandas.set_option", "torch.backends", "matplotlib.rcParams",
+             "matplotlib.pyplot.rcParams", "numpy.set_printoptions")
+#: The grader's own package inside the course (what the judge calls in the kernel).
+_GRADER_PACKAGE = "raydata_course.judging"
+#: Ray's hooks that the judge installs its own probes through.
+_GRADER_HOOK_ATTRS = {"custom_execution_callback_classes"}
 #: Modules that reach the interpreter's insides.
 _INTROSPECTION_MODULES = {"ctypes", "gc", "inspect", "importlib", "builtins", "__builtin__", "_ctypes", "unittest",
                           "mock", "weakref", "_thread", "tracemalloc", "sysconfig", "site", "atexit"}
@@ -32,6 +65,7 @@ _INTROSPECTION_ATTRS = {
     ("threading", "_active"), ("types", "FunctionType"), ("types", "CodeType"), ("types", "ModuleType"),
     ("types", "MethodType"), ("types", "CellType"), ("types", "FrameType"), ("types", "TracebackType"),
     ("os", "putenv"), ("os", "unsetenv"), ("concurrent.futures", "ProcessPoolExecutor"),
+    ("abc", "ABCMeta"), ("logging", "config"),
 }
 _FRAME_ATTRS = {"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next",
                 "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code"}
@@ -110,16 +144,26 @@ class Scanner(ast.NodeVisitor):
         imported: ``{name: dotted origin}`` bound by the notebook's imports.
         modules: those names that are modules.
         own_functions: the functions the student's cells define.
+        protected: names the instructor's cells import or define (a student's cell that binds
+            one again at the top level replaces what a locked cell uses).
+        tainted: names the student's cells bind to something that may be imported
+            (:func:`tainted_names`).
+        storing_functions: the student's functions that set an attribute through a parameter.
+        is_module: ``dotted origin -> bool``, whether it names a module.
     """
 
     def __init__(self, label: str, lines: list[str], imported: dict[str, str], modules: set[str],
-                 own_functions: set[str]):
+                 own_functions: set[str], protected: set[str] = frozenset(), tainted: set[str] = frozenset(),
+                 storing_functions: set[str] = frozenset(), is_module=lambda dotted: False):
         self.label, self.lines = label, lines
         self.imported, self.modules = dict(imported), set(modules)
         self.own_functions = own_functions
+        self.protected, self.tainted = set(protected), set(tainted)
+        self.storing_functions, self.is_module = set(storing_functions), is_module
         self.findings: list[Finding] = []
         self._selfish: list[set[str]] = [set()]  # names that are the notebook's own objects (self, cls)
         self._metaclass = [False]
+        self._depth = 0  # functions and classes around the node (0: the cell's top level)
 
     # -- reporting
     def flag(self, node: ast.AST, rule: str, why: str) -> None:
@@ -153,9 +197,16 @@ class Scanner(ast.NodeVisitor):
             own.add(args[0].arg)
         if node.name in _ISINSTANCE_HOOKS or (node.name == "mro" and self._metaclass[-1]):
             self.flag(node, "class-identity", f"defines {node.name}, which decides what a class claims to be")
+        self._rebinds(node, node.name)
+        self._impostor(node, node.name)
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None and self._carries(default):
+                self.flag(default, "patches-imported", "a parameter's default holds something imported")
         self._selfish.append(own)
         saved, self._in_class = self._in_class, False
+        self._depth += 1
         self.generic_visit(node)
+        self._depth -= 1
         self._in_class = saved
         self._selfish.pop()
 
@@ -171,9 +222,13 @@ class Scanner(ast.NodeVisitor):
                 for t in targets:
                     if isinstance(t, ast.Name) and t.id in _SET_IDENTITY | {"__class__"}:
                         self.flag(stmt, "class-identity", f"sets {t.id} in a class body, which changes what the class claims to be")
+        self._rebinds(node, node.name)
+        self._impostor(node, node.name)
         self._metaclass.append(meta)
         saved, self._in_class = self._in_class, True
+        self._depth += 1
         self.generic_visit(node)
+        self._depth -= 1
         self._in_class = saved
         self._metaclass.pop()
 
@@ -186,12 +241,52 @@ class Scanner(ast.NodeVisitor):
         if isinstance(target, ast.Starred):
             self._check_target(target.value, node)
             return
+        if isinstance(target, ast.Name):
+            self._rebinds(node, target.id)
+            return
         if isinstance(target, (ast.Attribute, ast.Subscript)):
             root = _root(target)
-            if isinstance(root, ast.Name) and (root.id in self.imported or root.id in ("__builtins__", "builtins")):
-                self.flag(node, "patches-imported", f"changes {root.id}, which the notebook imported")
+            chain = target
+            while isinstance(chain, ast.Subscript):
+                chain = chain.value
+            origin = self._origin(chain) or ""
+            settable = any(origin == x or origin.startswith(x + ".") for x in _SETTABLE)
+            if isinstance(root, ast.Name):
+                if root.id in self.imported or root.id in ("__builtins__", "builtins"):
+                    if not settable:
+                        self.flag(node, "patches-imported", f"changes {root.id}, which the notebook imported")
+                elif root.id in self.tainted and root.id not in self._selfish[-1]:
+                    self.flag(node, "patches-imported", f"changes {root.id}, which may hold something imported")
+            elif isinstance(root, ast.Call):
+                func = root.func
+                if isinstance(func, ast.Name) and func.id == "type":
+                    self.flag(node, "class-identity", "sets an attribute of an object's class (type(...))")
+                elif (isinstance(func, ast.Lambda) or (isinstance(func, ast.Name) and (
+                        func.id in _DYNAMIC_BUILTINS or func.id in self.own_functions))
+                        or not isinstance(func, (ast.Name, ast.Attribute))):
+                    self.flag(node, "patches-imported", "changes what a call returned, which may be something imported")
+            else:
+                self.flag(node, "patches-imported", "changes something reached through an expression (a list, "
+                                                    "a condition, ...) that may hold something imported")
             if isinstance(target, ast.Attribute) and target.attr in _SET_IDENTITY | _IDENTITY_DUNDERS:
                 self.flag(node, "class-identity", f"sets {target.attr}")
+            if isinstance(target, ast.Attribute) and target.attr in _LOGGING_ATTRS and not (
+                    isinstance(root, ast.Name) and root.id in self._selfish[-1]):
+                self.flag(node, "logging-hooks", f"sets {target.attr}, which decides what a logger keeps")
+
+    def _rebinds(self, node: ast.AST, name: str) -> None:
+        """A top-level binding of a name the instructor's cells import or define."""
+        if self._depth == 0 and name in self.protected:
+            self.flag(node, "rebinds-imported", f"binds {name} again, which the instructor's cells import or define")
+
+    def _impostor(self, node: ast.AST, name: str) -> None:
+        if name.lstrip("_") in IMPOSTOR_NAMES:
+            self.flag(node, "impostor-name", f"names something {name}, as Ray Data names the processes the judge watches")
+
+    def _carries(self, value: ast.AST) -> bool:
+        """Whether ``value`` may evaluate to something imported (see :func:`carries`)."""
+        returning = {n[len(RETURNS):] for n in self.tainted if n.startswith(RETURNS)}
+        return carries(value, set(self.imported) | self.tainted, returning, self.imported)
 
     def _alias(self, target: ast.AST, value: ast.AST) -> None:
         """A name bound to something imported (no call in between) stands for it from then on."""
@@ -225,22 +320,56 @@ class Scanner(ast.NodeVisitor):
 
     def visit_NamedExpr(self, node):
         self._alias(node.target, node.value)
+        self._check_target(node.target, node)
         self.generic_visit(node)
+
+    def visit_For(self, node):
+        self._check_target(node.target, node)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_withitem(self, node):
+        if node.optional_vars is not None:
+            self._check_target(node.optional_vars, node.context_expr)
+        self.generic_visit(node)
+
+    def visit_comprehension(self, node):
+        if not isinstance(node.target, ast.Name):
+            self._check_target(node.target, node.iter)
+        self.generic_visit(node)
+
+    def visit_Global(self, node):
+        for name in node.names:
+            if name in self.protected:
+                self.flag(node, "rebinds-imported", f"declares {name} global, which the instructor's cells import or define")
 
     # -- imports
     def visit_Import(self, node):
         for alias in node.names:
             self._flag_module(node, alias.name)
+            bound = alias.asname or alias.name.split(".")[0]
+            origin = alias.name if alias.asname else alias.name.split(".")[0]
+            if self.protected_origins.get(bound, origin) != origin:
+                self._rebinds(node, bound)
 
     def visit_ImportFrom(self, node):
         if node.module:
             self._flag_module(node, node.module)
             for alias in node.names:
                 self._flag_module(node, f"{node.module}.{alias.name}", imported_name=True)
+                bound = alias.asname or alias.name
+                if self.protected_origins.get(bound, f"{node.module}.{alias.name}") != f"{node.module}.{alias.name}":
+                    self._rebinds(node, bound)
+
+    protected_origins: dict = {}
 
     def _flag_module(self, node, dotted: str, imported_name: bool = False) -> None:
         top = dotted.split(".")[0]
-        if top in _HIDDEN_CODE_MODULES:
+        parts = dotted.split(".")
+        if dotted == _GRADER_PACKAGE or dotted.startswith(_GRADER_PACKAGE + "."):
+            self.flag(node, "grader-internals", f"imports {dotted}, the grader's code in the kernel")
+        if top in _HIDDEN_CODE_MODULES or any(part in _HIDDEN_CODE_MODULES for part in parts):
             self.flag(node, "runs-hidden-code", f"imports {dotted}")
         elif top in _INTROSPECTION_MODULES or dotted in {"unittest.mock"}:
             self.flag(node, "introspection", f"imports {dotted}")
@@ -261,20 +390,37 @@ class Scanner(ast.NodeVisitor):
             self.flag(node, "module-as-value", f"uses the module {node.id} as a value")
         if node.id in ("__builtins__", "__loader__", "__spec__"):
             self.flag(node, "introspection", f"uses {node.id}")
+        if (node.id in _DYNAMIC_BUILTINS and isinstance(node.ctx, ast.Load) and not getattr(node, "_called", False)
+                and node.id not in self.imported):
+            self.flag(node, "dynamic-attribute", f"uses {node.id} as a value (it reaches attributes or runs code)")
 
     def visit_Attribute(self, node):
-        if isinstance(node.value, ast.Name):
-            node.value._attr_base = True
+        node.value._attr_base = True
         origin = self._origin(node)
         if origin is not None:
             head, _, attr = origin.rpartition(".")
             if (head, attr) in _INTROSPECTION_ATTRS or (head.split(".")[0], attr) in _INTROSPECTION_ATTRS:
                 self.flag(node, "introspection", f"uses {head}.{attr}")
+            if (head, attr) in _DYNAMIC_ATTRS:
+                self.flag(node, "dynamic-attribute", f"uses {head}.{attr}, which reaches attributes by a name given as data")
             if head == "os" and attr in _PROCESS_OS_CALLS:
                 self.flag(node, "processes", f"uses os.{attr}")
             top = origin.split(".")[0]
             if top in _DANGEROUS_ROOTS and not self._dangerous_flagged(node):
                 self.flag(node, "introspection", f"uses {origin}")
+            if any(part in _HIDDEN_CODE_MODULES for part in origin.split(".")[1:]):
+                self.flag(node, "runs-hidden-code", f"uses {origin}, which unpickles")
+            if origin == _GRADER_PACKAGE or origin.startswith(_GRADER_PACKAGE + "."):
+                self.flag(node, "grader-internals", f"reaches {_GRADER_PACKAGE}, the grader's code in the kernel")
+            if (isinstance(node.ctx, ast.Load) and not getattr(node, "_attr_base", False)
+                    and "." in origin and self.is_module(origin)):
+                self.flag(node, "module-as-value", f"uses the module {origin} as a value")
+            if (head, attr) in _COPY_CALLS:
+                self.flag(node, "copies-files", f"uses {head}.{attr}, which copies a file or holds its bytes")
+        if node.attr in _GRADER_HOOK_ATTRS:
+            self.flag(node, "grader-internals", f"reaches {node.attr}, through which the judge installs its probes")
+        if node.attr == "judging" and origin is None:
+            self.flag(node, "grader-internals", "reaches an attribute named judging (the grader's code in the kernel)")
         if node.attr in _FRAME_ATTRS:
             self.flag(node, "introspection", f"reaches a frame ({node.attr})")
         elif node.attr in _IDENTITY_DUNDERS:
@@ -294,7 +440,11 @@ class Scanner(ast.NodeVisitor):
 
     def visit_Call(self, node):
         func = node.func
+        func._called = True
         name = func.id if isinstance(func, ast.Name) else None
+        attr = func.attr if isinstance(func, ast.Attribute) else None
+        if name in self.imported:
+            name = None  # an imported function of that name, not the builtin
         if name in _HIDDEN_CODE_CALLS:
             self.flag(node, "runs-hidden-code", f"calls {name}")
         elif name in ("globals", "locals", "vars"):
@@ -306,27 +456,57 @@ class Scanner(ast.NodeVisitor):
             if not (isinstance(target, ast.Name) and target.id in self._selfish[-1]):
                 self.flag(node, "dynamic-attribute", f"calls {name} on something that is not self")
         elif name in ("getattr", "hasattr") and len(node.args) >= 2:
-            attr = node.args[1]
+            attr_arg = node.args[1]
             target = node.args[0]
-            if isinstance(target, ast.Name) and isinstance(attr, ast.Constant):
+            if isinstance(target, ast.Name) and isinstance(attr_arg, ast.Constant):
                 target._attr_base = True  # getattr(np, "float32") is np.float32
             own = isinstance(target, ast.Name) and target.id in self._selfish[-1]
-            if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)):
+            if not (isinstance(attr_arg, ast.Constant) and isinstance(attr_arg.value, str)):
                 if not own:
                     self.flag(node, "dynamic-attribute", f"calls {name} with a computed attribute name")
-            elif attr.value in _IDENTITY_DUNDERS | _FRAME_ATTRS or (
-                    attr.value.startswith("_") and not attr.value.startswith("__") and not own):
-                self.flag(node, "class-identity", f"reaches {attr.value} through {name}")
+            else:
+                if attr_arg.value in _IDENTITY_DUNDERS | _FRAME_ATTRS or (
+                        attr_arg.value.startswith("_") and not attr_arg.value.startswith("__") and not own):
+                    self.flag(node, "class-identity", f"reaches {attr_arg.value} through {name}")
+                base = self._origin(target)
+                if base is not None and self.is_module(f"{base}.{attr_arg.value}"):
+                    self.flag(node, "module-as-value", f"reaches the module {base}.{attr_arg.value} through {name}")
+                if attr_arg.value == "judging":
+                    self.flag(node, "grader-internals", "reaches judging (the grader's code in the kernel)")
         elif name == "get_ipython":
             self._magic(node)
         elif name == "open" and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("/proc"):
             self.flag(node, "processes", "opens a file under /proc")
+        if name == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if mode is not None and not (isinstance(mode, ast.Constant) and "b" not in str(mode.value)):
+                self.flag(node, "copies-files", "opens a file in binary mode (or a mode given as data)")
         if name == "type" and len(node.args) == 3:
             self.flag(node, "class-identity", "builds a class with type(name, bases, namespace)")
-        if name in self.own_functions:
+        if attr in _UNPICKLING_ATTRS:
+            self.flag(node, "runs-hidden-code", f"calls {attr}, which unpickles")
+        for keyword in node.keywords:
+            value = keyword.value
+            if keyword.arg == "allow_pickle" and not (isinstance(value, ast.Constant) and value.value is False):
+                self.flag(node, "runs-hidden-code", "loads with allow_pickle, which unpickles")
+            elif keyword.arg == "weights_only" and not (isinstance(value, ast.Constant) and value.value is True):
+                self.flag(node, "runs-hidden-code", "loads with weights_only off, which unpickles")
+            elif keyword.arg == "name" and isinstance(value, ast.Constant) and isinstance(value.value, str):
+                self._impostor(node, value.value.strip())
+        if attr in _LOGGING_CALLS:
+            self.flag(node, "logging-hooks", f"calls {attr}, which changes what logging keeps")
+        if attr in _COPY_ATTRS:
+            self.flag(node, "copies-files", f"calls {attr}, which copies a file or holds its bytes")
+        if attr == "register" and (self._origin(func.value) is not None or self._carries(func.value)):
+            self.flag(node, "class-identity", "registers a class with something imported (a virtual subclass "
+                                              "passes isinstance)")
+        if name in self.own_functions and name in self.storing_functions:
             for arg in [*node.args, *(k.value for k in node.keywords)]:
-                if isinstance(arg, ast.Name) and arg.id in self.imported and arg.id not in self.modules:
-                    self.flag(node, "imported-handed-over", f"hands {arg.id}, which the notebook imported, to its own function {name}")
+                if self._carries(arg):
+                    self.flag(node, "imported-handed-over",
+                              f"hands something imported to its own function {name}, which sets attributes of its "
+                              "parameters")
+                    break
         self.generic_visit(node)
 
     def _magic(self, node) -> None:
@@ -339,6 +519,177 @@ class Scanner(ast.NodeVisitor):
     def visit_Constant(self, node):
         if isinstance(node.value, str) and node.value.startswith("/proc/"):
             self.flag(node, "processes", "names a path under /proc")
+        if isinstance(node.value, str) and _GRADER_PACKAGE in node.value:
+            self.flag(node, "grader-internals", f"names {_GRADER_PACKAGE}, the grader's code in the kernel")
+        if isinstance(node.value, str) and len(node.value) < 200 and _IMPOSTOR_TEXT.search(node.value):
+            self.flag(node, "impostor-name", "names one of the processes the judge watches")
+
+
+def _value_names(node: ast.AST):
+    """The names in ``node`` that are used as values: not called, not the base of an attribute
+    that is called (``np`` in ``np.stack(x)``), not inside a call's arguments (see :func:`carries`)."""
+    if isinstance(node, ast.Name):
+        yield node
+    elif isinstance(node, ast.Attribute):
+        yield from _value_names(node.value)
+    elif isinstance(node, ast.Call):
+        return
+    elif isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return
+    else:
+        for child in ast.iter_child_nodes(node):
+            yield from _value_names(child)
+
+
+def _is_constant_name(name: str) -> bool:
+    return name.isupper() or (name.upper() == name and any(c.isalpha() for c in name))
+
+
+#: Builtins whose result never is their argument (a number, a string, a bool).
+_PLAIN_BUILTINS = {"len", "int", "float", "str", "bool", "range", "print", "isinstance", "issubclass", "hash", "id",
+                   "repr", "abs", "round", "min", "max", "sum", "divmod", "format", "callable", "ord", "chr"}
+
+
+def carries(value: ast.AST, suspects: set[str], own_functions: set[str] = frozenset(),
+            origins: dict[str, str] | None = None) -> bool:
+    """Whether an expression may evaluate to one of ``suspects`` (names imported, or bound to
+    something imported), so that setting an attribute of its result changes that thing.
+
+    A name used as a value carries (``[SlowTrainer][0]``, ``a if c else time``); so does a call
+    of ``type``, ``getattr``, ``vars`` and their kind, of a lambda or of one of the notebook's
+    functions, and a call that is handed a suspect that is not a constant (``nullcontext(helpers)``;
+    ``iter_batches(batch_size=BATCH_ROWS)`` does not carry), or an attribute of one that is not a
+    library's (``nullcontext(rc.chapters.ch04.SlowTrainer)`` carries, ``astype(np.int64)`` does not;
+    ``origins`` maps imported names to what they import).
+    """
+    for name in _value_names(value):
+        if name.id in suspects:
+            return True
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Lambda) or (isinstance(func, ast.Name) and (
+                    func.id in _DYNAMIC_BUILTINS or func.id == "type" or func.id in own_functions)):
+                return True
+            if isinstance(func, ast.Name) and func.id in _PLAIN_BUILTINS:
+                continue
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if isinstance(arg, ast.Starred):
+                    arg = arg.value
+                if isinstance(arg, ast.Name) and arg.id in suspects and not _is_constant_name(arg.id):
+                    return True
+                if isinstance(arg, ast.Attribute) and origins is not None:
+                    dotted = _dotted(arg)
+                    head = dotted.split(".")[0] if dotted else None
+                    if head in suspects and not (head in origins and not origins[head].startswith("raydata_course")):
+                        return True  # a course object (rc.chapters.x.SlowTrainer), or one reached from a suspect
+    return False
+
+
+def _bindings(tree: ast.AST):
+    """``(target, value)`` for each binding in ``tree`` whose value is an expression: assignments,
+    for loops (their iterable), with items, comprehensions and parameters' defaults."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield target, node.value
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            yield node.target, node.value
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            yield node.target, node.iter
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            yield node.optional_vars, node.context_expr
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+                yield ast.Name(arg.arg, ast.Store()), default
+            for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+                if default is not None:
+                    yield ast.Name(arg.arg, ast.Store()), default
+        elif isinstance(node, ast.ClassDef):
+            # a class whose body holds something imported: its attributes reach it (Box.h.x = ...)
+            for stmt in node.body:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                    yield ast.Name(node.name, ast.Store()), stmt.value
+
+
+def _names_bound(target: ast.AST) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for t in target.elts for n in _names_bound(t)]
+    if isinstance(target, ast.Starred):
+        return _names_bound(target.value)
+    return []
+
+
+#: In :func:`tainted_names`'s answer, the prefix of an own function that may return something imported.
+RETURNS = "return:"
+
+
+def tainted_names(trees: list[ast.AST], imported: dict[str, str], own_functions: set[str]) -> set[str]:
+    """Names the student's cells bind to something that may be imported (:func:`carries`), in
+    any scope, to a fixed point (``a = time; b = [a]; for c in b: ...`` taints ``a``, ``b``, ``c``).
+
+    An own function that may return such a value is in the answer as ``"return:<name>"``
+    (:data:`RETURNS`): a call of it carries.
+    """
+    tainted: set[str] = set()
+    pairs = [(names, value) for tree in trees for target, value in _bindings(tree)
+             if (names := _names_bound(target))]
+    returns = [(node.name, ret.value) for tree in trees for node in ast.walk(tree)
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               for ret in ast.walk(node) if isinstance(ret, (ast.Return, ast.Yield)) and ret.value is not None]
+    returning: set[str] = set()  # own functions that may return something imported
+    for _ in range(10):
+        before = len(tainted) + len(returning)
+        suspects = set(imported) | tainted
+        for names, value in pairs:
+            if carries(value, suspects, returning, imported):
+                tainted.update(names)
+        for name, value in returns:
+            if carries(value, suspects, returning, imported):
+                returning.add(name)
+        if len(tainted) + len(returning) == before:
+            break
+    return (tainted | {f"{RETURNS}{name}" for name in returning}) - {"self", "cls"}
+
+
+def storing_functions(trees: list[ast.AST]) -> set[str]:
+    """The student's functions that set (or delete) an attribute or item through one of their
+    parameters, in their own body or a function nested in it (``def patch(m): m.x = ...``)."""
+    out = set()
+    for tree in trees:
+        methods = {id(stmt) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef) for stmt in cls.body}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            positional = node.args.posonlyargs + node.args.args
+            if id(node) in methods and positional and not any(
+                    isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list):
+                positional = positional[1:]  # self or cls: the notebook's own object
+            params = {a.arg for a in positional + node.args.kwonlyargs}
+            if node.args.vararg:
+                params.add(node.args.vararg.arg)
+            if node.args.kwarg:
+                params.add(node.args.kwarg.arg)
+            for inner in ast.walk(node):
+                targets = []
+                if isinstance(inner, ast.Assign):
+                    targets = inner.targets
+                elif isinstance(inner, (ast.AugAssign, ast.AnnAssign)):
+                    targets = [inner.target]
+                elif isinstance(inner, ast.Delete):
+                    targets = inner.targets
+                elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in ("setattr", "delattr"):
+                    targets = inner.args[:1]
+                for t in targets:
+                    root = _root(t)
+                    if isinstance(t, (ast.Attribute, ast.Subscript)) or (isinstance(inner, ast.Call)):
+                        if isinstance(root, ast.Name) and root.id in params:
+                            out.add(node.name)
+    return out
 
 
 def safe_magic_calls(tree: ast.AST) -> list[str]:

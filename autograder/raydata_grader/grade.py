@@ -224,9 +224,10 @@ def _plan(out: Path, cand, note: str, digest: str, kit: CourseKit, release_nb, l
     if cand.timestamp_text:
         (sub_dir / "timestamp.txt").write_text(cand.timestamp_text + "\n")
     job = GradeJob(key, assignment, data, cand.timestamp_text, limits, installation_digest())
-    findings = [f.describe() for f in find_forging(lint.notebook, release_nb)]
+    found = find_forging(lint.notebook, release_nb)
     return None, Planned(job, "; ".join([note] + cut if note else cut), digest, lint.status, lint.repairs,
-                         student=student, findings=findings)
+                         student=student, findings=[f.describe() for f in found],
+                         finding_rules=sorted({f.rule for f in found}))
 
 
 def grade_class(submissions: str | os.PathLike, out: str | os.PathLike, options: GradeOptions | None = None) -> dict[tuple[str, str], Row]:

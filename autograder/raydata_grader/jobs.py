@@ -163,6 +163,9 @@ class JobResult:
         reported_cells: grade cells whose verdict rests on a fact the kernel reported
             (:attr:`raydata_grader.judge.Verdict.reported`): their points are held for review
             when the notebook holds code that could forge one.
+        imitable_cells: ``{grade cell: the scan's rules}`` for cells whose verdict rests on an
+            observed fact that flagged code could imitate
+            (:attr:`raydata_grader.judge.Verdict.forged_by`).
     """
 
     student: str
@@ -178,6 +181,7 @@ class JobResult:
     gradebook: GradebookRecord | None = None
     work: dict[str, bytes] = field(default_factory=dict)
     reported_cells: list[str] = field(default_factory=list)
+    imitable_cells: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def graded_by_nbgrader(self) -> bool:
@@ -325,9 +329,11 @@ def run_job(kit: CourseKit, job: GradeJob, stop: threading.Event | None = None) 
                 work_files[log_path.name] = f.read()
         verdicts = (result or {}).get("verdicts") or {}
         reported_cells = sorted(str(gid) for gid, v in verdicts.items() if isinstance(v, dict) and v.get("reported"))
+        imitable_cells = {str(gid): [str(r) for r in v["forged_by"]] for gid, v in verdicts.items()
+                          if isinstance(v, dict) and isinstance(v.get("forged_by"), list) and v["forged_by"]}
         return JobResult(job.student, job.assignment, status, score, {k: list(v) for k, v in cells.items()},
                          messages, round(outcome.wall_s, 1), cpu_seconds(result, outcome), socket.gethostname(), autograded,
-                         record, work_files, reported_cells)
+                         record, work_files, reported_cells, imitable_cells)
     except KeyboardInterrupt as exc:  # a cancelled Ray task: run_limited has killed the job's processes
         raise JobStopped(f"{job.student}/{job.assignment} was cancelled") from exc
     finally:

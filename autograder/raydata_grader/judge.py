@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from raydata_course.judging.wire import Done, Hello, WireError, recv_message, send_message
 from raydata_grader.error_text import raised_message as _raised_message
 from raydata_grader.error_text import ray_error_text
-from raydata_grader.facts import rests_on_reported
+from raydata_grader.facts import forged_by, rests_on_reported
 from raydata_grader.remote import Kernel, KernelGone, KernelRaised
 
 if TYPE_CHECKING:
@@ -164,6 +164,9 @@ class Verdict:
         note_source: where a passing check's note comes from: ``"observed"`` (the grader
             measured it outside the kernel), ``"reported"`` (the notebook's own figure) or
             ``""`` (a plain remark).
+        forged_by: the scan's rules that flag code which could imitate one of the check's
+            observed facts (:attr:`raydata_grader.facts.Fact.forged_by`): its points are held
+            when the notebook trips one of them.
     """
 
     grade_id: str
@@ -175,12 +178,13 @@ class Verdict:
     cell_raised: bool = False
     reported: bool = False
     note_source: str = ""
+    forged_by: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         """The verdict as a JSON-ready dict."""
         return {"grade_id": self.grade_id, "passed": self.passed, "message": self.message,
                 "seconds": round(self.seconds, 2), "requests": self.requests, "cell_raised": self.cell_raised,
-                "reported": self.reported, "note_source": self.note_source}
+                "reported": self.reported, "note_source": self.note_source, "forged_by": list(self.forged_by)}
 
 
 @dataclass
@@ -310,12 +314,12 @@ class Judge:
             return
         session.heard = True
         kernel = Kernel(conn, session.deadline, outside=self.outside)
-        passed, message, detail, source, reported = False, "", "", "", False
+        passed, message, detail, source, reported, imitable = False, "", "", "", False, ()
         try:
             check = self.checks.get(session.grade_id)
             if check is None:
                 raise _NoCheck(session.grade_id)
-            reported = rests_on_reported(check)
+            reported, imitable = rests_on_reported(check), tuple(forged_by(check))
             note = check(kernel)
             passed = True
             if isinstance(note, Note):
@@ -347,7 +351,7 @@ class Judge:
             if not session.abandoned:
                 session.verdict = Verdict(session.grade_id, passed, message, time.monotonic() - session.started,
                                           kernel.requests, detail, reported=reported or kernel.took_reported,
-                                          note_source=source)
+                                          note_source=source, forged_by=imitable)
 
 
 class _NoCheck(Exception):

@@ -31,7 +31,7 @@ from raydata_grader.inert import inert_notebook
 from raydata_grader.jobs import GradeJob, JobResult, JobStopped
 from raydata_grader.kit import CourseKit
 from raydata_grader.records import Row
-from raydata_grader.review import hold
+from raydata_grader.review import cells_to_hold, hold
 
 __all__ = ["Planned", "merge_result", "row_of", "failed_row"]
 
@@ -49,6 +49,8 @@ class Planned:
         student: the student's name for the row, when the job's ``student`` is their folder
             key (:mod:`raydata_grader.student_names`); empty: the job's.
         findings: lines that could forge a reported fact (:mod:`raydata_grader.forging`), one each.
+        finding_rules: the scan's rules those lines tripped (to hold the checks whose observed
+            facts they could imitate).
     """
 
     job: GradeJob
@@ -58,6 +60,7 @@ class Planned:
     repairs: list[str]
     student: str = ""
     findings: list[str] = field(default_factory=list)
+    finding_rules: list[str] = field(default_factory=list)
 
 
 def _safe_name(name: str) -> bool:
@@ -116,7 +119,8 @@ def row_of(planned: Planned, result: JobResult, kit: CourseKit, graded_at: str) 
               source_sha256=kit.source_sha256, graded_at=graded_at, seconds=result.wall_s, notes=notes,
               cpu_seconds=result.cpu_s, node=result.node)
     if status in ("graded", "repaired"):
-        row = hold(row, result.reported_cells, planned.findings)
+        row = hold(row, cells_to_hold(result.reported_cells, result.imitable_cells, planned.finding_rules),
+                   planned.findings)
     return row
 
 

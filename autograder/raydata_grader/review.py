@@ -28,8 +28,24 @@ from pathlib import Path
 
 from raydata_grader.records import Row, load_rows, save_rows
 
-__all__ = ["hold", "hold_in_gradebook", "release_in_gradebook", "decide", "sync_formgrader", "pending",
+__all__ = ["cells_to_hold", "hold", "hold_in_gradebook", "release_in_gradebook", "decide", "sync_formgrader", "pending",
            "review_main"]
+
+
+def cells_to_hold(reported_cells, imitable_cells: dict[str, list[str]], finding_rules) -> set[str]:
+    """The grade cells whose points a notebook with findings has held.
+
+    Args:
+        reported_cells: cells whose verdict rests on a reported fact (held on any finding).
+        imitable_cells: ``{cell: the scan's rules}`` for cells whose verdict rests on an observed
+            fact that code could imitate (:attr:`raydata_grader.facts.Fact.forged_by`).
+        finding_rules: the rules the notebook's findings tripped.
+
+    Returns:
+        The reported cells, and the imitable cells whose rules the findings tripped.
+    """
+    tripped = set(finding_rules)
+    return set(reported_cells) | {gid for gid, rules in imitable_cells.items() if tripped & set(rules)}
 
 
 def hold(row: Row, reported_cells: list[str] | set[str], findings: list[str]) -> Row:
@@ -37,7 +53,8 @@ def hold(row: Row, reported_cells: list[str] | set[str], findings: list[str]) ->
 
     Args:
         row: the row as grading made it (its ``cells`` from the gradebook's automatic scores).
-        reported_cells: grade cells whose verdict rests on a reported fact.
+        reported_cells: grade cells whose verdict rests on a reported fact, or on an observed
+            fact that one of the findings could imitate.
         findings: the lines that could forge one (:meth:`raydata_grader.forging.Finding.describe`).
 
     Returns:
@@ -57,7 +74,8 @@ def hold(row: Row, reported_cells: list[str] | set[str], findings: list[str]) ->
     points = sum(v[0] for v in held.values())
     cells = {gid: ([0.0, v[1]] if gid in held else list(v)) for gid, v in row.cells.items()}
     note = (f"{points:g} point(s) held for the instructor's review ({', '.join(held)}): those checks rest on facts "
-            f"the kernel reported, and the notebook holds code that could forge them: {first}")
+            f"the kernel reported or that the notebook's code could imitate, and it holds code that could forge "
+            f"them: {first}")
     return replace(row, status="review", score=max(row.score - points, 0.0), cells=cells, held=held,
                    findings=list(findings), notes=[*row.notes, note],
                    message="; ".join(x for x in (row.message, note) if x))

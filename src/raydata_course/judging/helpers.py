@@ -244,6 +244,11 @@ def vectorized_baseline_s(batch: dict, repeats: int = 5) -> float:
     return best_time_s(lambda: {**batch, "baseline": batch[a] / batch[b]}, repeats=repeats)
 
 
+#: A logger's methods on the way from a record to its handlers (replaced on one logger, they drop records).
+_LOGGER_METHODS = ("handle", "callHandlers", "isEnabledFor", "getEffectiveLevel", "makeRecord", "filter", "_log",
+                   "warning", "log")
+
+
 def call_capturing_warnings(fn: Callable, *args: Any, logger_name: str = "ray.data", **kwargs: Any) -> dict:
     """Call ``fn`` while collecting the WARNING records of ``logger_name`` and its children.
 
@@ -260,20 +265,30 @@ def call_capturing_warnings(fn: Callable, *args: Any, logger_name: str = "ray.da
 
     handler = _Capture(logging.WARNING)
     logger = logging.getLogger(logger_name)
-    # Whatever the notebook did to logging (a level raised on "ray.data", a logger disabled,
-    # logging.disable), the warnings are recorded while fn runs, then the settings go back.
-    saved = (logger.level, logger.disabled, logging.root.manager.disable)
-    logger.setLevel(logging.WARNING)
-    logger.disabled = False
+    # Whatever the notebook did to logging (a level raised, a logger disabled or cut off from its
+    # parent, a filter added, a method replaced on a logger, logging.disable), the warnings of
+    # logger_name and its children are recorded while fn runs, then the settings go back.
+    family = [logger] + [v for k, v in list(logging.root.manager.loggerDict.items())
+                         if k.startswith(logger_name + ".") and isinstance(v, logging.Logger)]
+    saved = [(lg, lg.level, lg.disabled, lg.propagate, list(lg.filters),
+              {k: lg.__dict__.pop(k) for k in [k for k in vars(lg) if k in _LOGGER_METHODS]}) for lg in family]
+    saved_disable = logging.root.manager.disable
+    for lg in family:
+        lg.setLevel(logging.WARNING if lg is logger else logging.NOTSET)
+        lg.disabled = False
+        lg.propagate = True if lg is not logger else lg.propagate
+        lg.filters = []
     logging.disable(logging.NOTSET)
     logger.addHandler(handler)
     try:
         result = fn(*args, **kwargs)
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.disabled = saved[1]
-        logging.disable(saved[2])
+        for lg, level, disabled, propagate, filters, methods in saved:
+            lg.setLevel(level)
+            lg.disabled, lg.propagate, lg.filters = disabled, propagate, filters
+            lg.__dict__.update(methods)
+        logging.disable(saved_disable)
     return {"result": result, "messages": messages}
 
 
