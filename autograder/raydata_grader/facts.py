@@ -65,7 +65,7 @@ class Fact:
             raise ValueError(f"a fact's kind is one of {KINDS}, not {self.kind!r}")
         if not self.what.strip() or not self.how.strip():
             raise ValueError("a fact says what it is and how the judge gets it")
-        from raydata_grader.forging_rules import RULES
+        from raydata_grader.forging_tables import RULES
 
         unknown = set(self.forged_by) - set(RULES)
         if unknown:

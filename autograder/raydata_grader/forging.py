@@ -68,8 +68,9 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-from raydata_grader.forging_rules import (RULES, Finding, Scanner, safe_magic_calls, storing_functions,
-                                         tainted_names)
+from raydata_grader.forging_flow import safe_magic_calls, storing_functions, tainted_names
+from raydata_grader.forging_rules import Scanner
+from raydata_grader.forging_tables import RULES, Finding
 
 __all__ = ["Finding", "find_forging", "student_cells", "describe_findings", "RULES"]
 
