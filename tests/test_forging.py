@@ -129,6 +129,28 @@ FORGING = {
     "the model's bytes": "from pathlib import Path\nblob = Path('model.pt').read_bytes()",
     "bytes in memory": "import io\nbuf = io.BytesIO(b'')",
     "binary open": "with open('model.pt', 'rb') as f:\n    blob = f.read()",
+    # laundering through a call that is handed a container, and library calls that set by name
+    "next(iter([class]))": "T = next(iter([SlowTrainer]))\nT.step = None",
+    "sum with a class start": "T = sum([], SlowTrainer)\nT.step = None",
+    "a course module's module attribute": "from raydata_course.chapters import ch04_backpressure as bp\n"
+                                          "clock = next(iter([bp.time]))\nclock.perf_counter = None",
+    "logger class laundered": "import logging\nL = next(iter([logging.Logger]))\nL.warning = lambda *a, **k: None",
+    "update_wrapper assigned": "import functools\nclass Src:\n    def step(self, batch):\n        pass\n"
+                               "functools.update_wrapper(SlowTrainer, Src, assigned=('step',), updated=())",
+    "wraps with updated": "import functools\ndeco = functools.wraps(SlowTrainer, updated=('__dict__',))",
+    "Formatter get_field": "import string\ng = string.Formatter().get_field('0.__globals__', [measure_configured_run], {})[0]",
+    "pydoc locate": "import pydoc\nh = pydoc.locate('raydata_course.' + 'chapters')",
+    "pkgutil resolve_name": "import pkgutil\nclock = pkgutil.resolve_name('time')",
+    "pytest monkeypatch": "import pytest\npytest.MonkeyPatch().setattr('time.perf_counter', None)",
+    "pandas accessor": "import pandas as pd\n@pd.api.extensions.register_dataframe_accessor('sample')\nclass S:\n"
+                       "    def __init__(self, df):\n        self.df = df",
+    "a module written then imported": "from pathlib import Path\nPath('wine_utils.py').write_text('x = 1')\nimport wine_utils",
+    "a start-up hook": "from pathlib import Path\nPath('zz.pth').write_text('import os')",
+    "star import": "from raydata_course.chapters.ch04_backpressure import *",
+    "match capture": "match 1:\n    case SlowTrainer:\n        pass",
+    "match mapping capture": "match {'t': 1}:\n    case {'t': measure_configured_run}:\n        pass",
+    "a task name computed": "@ray.remote\ndef w():\n    pass\nw.options(name='Wri' + 'te').remote()",
+    "a namespace updated": "globals().update(SlowTrainer=object)",
 }
 
 HONEST = {
@@ -158,6 +180,17 @@ HONEST = {
     "a quieter logger": "import logging\nlogging.getLogger('ray').setLevel(logging.ERROR)",
     "a docstring that says Write": "def write_files(table, folder, n):\n    \"\"\"Write table as n Parquet files.\"\"\"\n    return []",
     "a text file": "with open('notes.txt', 'w') as f:\n    f.write('x')",
+    "library defaults": "import torch\ndef train(ds, dtype=np.float64, optimizer_cls=torch.optim.Adam):\n    return dtype",
+    "a class attribute dtype": "class P:\n    dtype = np.float32\nP.verbose = False",
+    "reduce over arrays": "import functools\ntotal = functools.reduce(np.add, [np.ones(2), np.ones(2)])",
+    "a namedtuple's methods": "from collections import namedtuple\nT = namedtuple('T', 'a b')\nt = T(1, 2)._replace(a=3)\n"
+                              "d = t._asdict()",
+    "memory measured": "import gc\nimport tracemalloc\nimport resource\ngc.collect()\ntracemalloc.start()\n"
+                       "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss",
+    "the same class from its public path": "from ray.data.dataset import MaterializedDataset\nfrom ray.data import MaterializedDataset",
+    "a context printed": "print(vars(ray.data.DataContext.get_current().execution_options))",
+    "an own logger": "import logging\nlog = logging.getLogger('wine')\nlog.propagate = False\nlog.addFilter(lambda r: True)",
+    "says Write": "print('Write', 3, 'files')",
 }
 
 

@@ -27,11 +27,16 @@ every mutant and independent correct answers). What is flagged, by rule:
 - ``imported-handed-over``: something imported handed to a function of the notebook's own that
   sets attributes of its parameters;
 - ``dynamic-attribute``: ``setattr`` / ``delattr`` (but on ``self``), ``getattr`` with a
-  computed name, ``vars()``, ``globals()``, ``locals()``, these builtins used as values
-  (``put = setattr``, ``map(setattr, ...)``), ``operator.attrgetter`` and its kind;
+  computed name, a namespace changed through ``vars()``, ``globals()`` or ``locals()``, these
+  builtins used as values (``put = setattr``, ``map(setattr, ...)``), and library calls that set
+  or reach attributes by a name given as data (``operator.attrgetter``, ``functools.update_wrapper``,
+  ``string.Formatter().get_field``, ``pydoc.locate``, ``pkgutil.resolve_name``, pytest's
+  ``MonkeyPatch``, pandas' accessor registration);
 - ``runs-hidden-code``: ``exec``, ``eval``, ``compile``, ``__import__``, ``breakpoint``,
   unpickling (``pickle``, ``cloudpickle`` wherever it is reached from, ``dill``, ``marshal``,
-  ``joblib``, ``read_pickle``, ``allow_pickle=True``, ``weights_only=False``), ``runpy``, ``codeop``;
+  ``joblib``, ``read_pickle``, ``allow_pickle=True``, ``weights_only=False``), ``runpy``, ``codeop``,
+  and code written to run later: a string naming a ``.py``/``.pth`` file or ``sitecustomize``, an
+  import of a module that is not installed, a relative import;
 - ``introspection``: ``ctypes``, ``gc``, ``inspect``, ``importlib``, ``builtins``, ``types``'
   function and code types, frames and tracebacks' frames (``f_back``, ``f_globals``, ...),
   ``sys.modules``, ``sys._getframe``, ``sys.settrace`` and their kind, ``threading.settrace``,
@@ -48,8 +53,9 @@ every mutant and independent correct answers). What is flagged, by rule:
   and paths under ``/proc``;
 - ``kernel-hooks``: ``get_ipython`` and IPython's modules, and cell magics or shell escapes
   other than ``%time``, ``%timeit`` and ``%matplotlib``;
-- ``rebinds-imported``: a top-level ``def``, ``class``, assignment or import that binds again a
-  name the instructor's cells import or define (a locked cell would call the student's one);
+- ``rebinds-imported``: a top-level ``def``, ``class``, assignment, import, ``*`` import or
+  ``match`` capture that binds again a name the instructor's cells import or define (a locked
+  cell would call the student's one);
 - ``logging-hooks``: filters, ``dictConfig`` and its kind, and a logger's ``propagate``,
   ``disabled`` or methods set (the judge reads Ray Data's warnings from the log);
 - ``grader-internals``: ``raydata_course.judging`` (the judge's helpers in the kernel), named in
@@ -69,7 +75,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from raydata_grader.forging_flow import safe_magic_calls, storing_functions, tainted_names
-from raydata_grader.forging_rules import Scanner
+from raydata_grader.forging_rules import Scanner, own_logger_call
 from raydata_grader.forging_tables import RULES, Finding
 
 __all__ = ["Finding", "find_forging", "student_cells", "describe_findings", "RULES"]
@@ -217,6 +223,8 @@ def find_forging(nb, release_nb=None) -> list[Finding]:
     own_functions = {n.name for t in trees for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     tainted = tainted_names(trees, imported, own_functions)
     storing = storing_functions(trees)
+    own_loggers = {t.id for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Assign) and own_logger_call(n.value)
+                   for t in n.targets if isinstance(t, ast.Name)}
     findings: list[Finding] = []
     for (label, source), cell in zip(mine, _student_cell_nodes(nb, release_nb)):
         code = _transform(source)
@@ -233,6 +241,7 @@ def find_forging(nb, release_nb=None) -> list[Finding]:
                           own_functions, protected=set(guarded), tainted=tainted, storing_functions=storing,
                           is_module=_is_module)
         scanner.protected_origins = guarded
+        scanner.own_loggers = own_loggers
         trees, seen = [tree], 0
         while trees and seen < 50:  # a magic's code, and a magic's within it
             node = trees.pop()

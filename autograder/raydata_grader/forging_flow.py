@@ -11,7 +11,7 @@ import ast
 
 from raydata_grader.forging_tables import _DYNAMIC_BUILTINS, _SAFE_MAGICS, _dotted, _root
 
-__all__ = ["RETURNS", "carries", "tainted_names", "storing_functions", "safe_magic_calls"]
+__all__ = ["RETURNS", "DATA_LIBRARIES", "library_value", "carries", "tainted_names", "storing_functions", "safe_magic_calls"]
 
 
 def _value_names(node: ast.AST):
@@ -36,7 +36,20 @@ def _is_constant_name(name: str) -> bool:
 
 #: Builtins whose result never is their argument (a number, a string, a bool).
 _PLAIN_BUILTINS = {"len", "int", "float", "str", "bool", "range", "print", "isinstance", "issubclass", "hash", "id",
-                   "repr", "abs", "round", "min", "max", "sum", "divmod", "format", "callable", "ord", "chr"}
+                   "repr", "abs", "round", "divmod", "format", "callable", "ord", "chr"}
+#: Libraries whose attributes (dtypes, layers, optimizers) a notebook keeps as defaults and class
+#: attributes: such a chain does not make a parameter or a class suspect.
+DATA_LIBRARIES = ("numpy", "pandas", "pyarrow", "torch", "math", "matplotlib", "scipy", "sklearn")
+
+
+def library_value(value: ast.AST, origins: dict[str, str]) -> bool:
+    """``value`` is a name or attribute chain of one of :data:`DATA_LIBRARIES` (``np.float64``,
+    ``torch.optim.Adam``): kept as a default or a class attribute, it patches nothing the judge reads."""
+    dotted = _dotted(value)
+    if dotted is None:
+        return False
+    origin = origins.get(dotted.split(".")[0], "")
+    return origin.split(".")[0] in DATA_LIBRARIES
 
 
 def carries(value: ast.AST, suspects: set[str], own_functions: set[str] = frozenset(),
@@ -65,13 +78,19 @@ def carries(value: ast.AST, suspects: set[str], own_functions: set[str] = frozen
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 if isinstance(arg, ast.Starred):
                     arg = arg.value
-                if isinstance(arg, ast.Name) and arg.id in suspects and not _is_constant_name(arg.id):
-                    return True
+                if isinstance(arg, ast.Name):
+                    if arg.id in suspects and not _is_constant_name(arg.id):
+                        return True
+                    continue
                 if isinstance(arg, ast.Attribute) and origins is not None:
                     dotted = _dotted(arg)
                     head = dotted.split(".")[0] if dotted else None
                     if head in suspects and not (head in origins and not origins[head].startswith("raydata_course")):
                         return True  # a course object (rc.chapters.x.SlowTrainer), or one reached from a suspect
+                    continue
+                if isinstance(arg, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.IfExp, ast.BoolOp, ast.NamedExpr)):
+                    if any(n.id in suspects and not _is_constant_name(n.id) for n in _value_names(arg)):
+                        return True  # next(iter([SlowTrainer])), sum([], SlowTrainer)
     return False
 
 
@@ -135,6 +154,8 @@ def tainted_names(trees: list[ast.AST], imported: dict[str, str], own_functions:
         before = len(tainted) + len(returning)
         suspects = set(imported) | tainted
         for names, value in pairs:
+            if library_value(value, imported):
+                continue
             if carries(value, suspects, returning, imported):
                 tainted.update(names)
         for name, value in returns:

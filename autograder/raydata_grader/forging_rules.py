@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from raydata_grader.forging_flow import RETURNS, carries
+from raydata_grader.forging_flow import RETURNS, carries, library_value
 from raydata_grader.forging_tables import (_CONTROL_CHARS, _COPY_ATTRS, _COPY_CALLS, _DANGEROUS_ROOTS,
                                            _DYNAMIC_ATTRS, _DYNAMIC_BUILTINS, _FRAME_ATTRS, _GRADER_HOOK_ATTRS,
                                            _GRADER_PACKAGE, _HIDDEN_CODE_CALLS, _HIDDEN_CODE_MODULES,
@@ -19,6 +19,8 @@ from raydata_grader.forging_tables import (_CONTROL_CHARS, _COPY_ATTRS, _COPY_CA
                                            _INTROSPECTION_MODULES, _ISINSTANCE_HOOKS, _KERNEL_MODULES,
                                            _LOGGING_ATTRS, _LOGGING_CALLS, _PROCESS_MODULES, _PROCESS_OS_CALLS,
                                            _SET_IDENTITY, _SETTABLE, _UNPICKLING_ATTRS, IMPOSTOR_NAMES, RULES,
+                                           _NAMED_ACCESS_CALLS, _NAMESPACE_MUTATORS, _NAMEDTUPLE_API,
+                                           _PYTHON_FILE_TEXT,
                                            Finding, _dotted, _root)
 
 __all__ = ["RULES", "Finding", "Scanner"]
@@ -53,6 +55,7 @@ class Scanner(ast.NodeVisitor):
         self._selfish: list[set[str]] = [set()]  # names that are the notebook's own objects (self, cls)
         self._metaclass = [False]
         self._depth = 0  # functions and classes around the node (0: the cell's top level)
+        self.own_loggers: set[str] = set()  # names bound to a logger of the notebook's own (not Ray's)
 
     # -- reporting
     def flag(self, node: ast.AST, rule: str, why: str) -> None:
@@ -89,7 +92,7 @@ class Scanner(ast.NodeVisitor):
         self._rebinds(node, node.name)
         self._impostor(node, node.name)
         for default in [*node.args.defaults, *node.args.kw_defaults]:
-            if default is not None and self._carries(default):
+            if default is not None and not library_value(default, self.imported) and self._carries(default):
                 self.flag(default, "patches-imported", "a parameter's default holds something imported")
         self._selfish.append(own)
         saved, self._in_class = self._in_class, False
@@ -160,8 +163,14 @@ class Scanner(ast.NodeVisitor):
             if isinstance(target, ast.Attribute) and target.attr in _SET_IDENTITY | _IDENTITY_DUNDERS:
                 self.flag(node, "class-identity", f"sets {target.attr}")
             if isinstance(target, ast.Attribute) and target.attr in _LOGGING_ATTRS and not (
-                    isinstance(root, ast.Name) and root.id in self._selfish[-1]):
+                    isinstance(root, ast.Name) and root.id in self._selfish[-1]) and not self._own_logger(target.value):
                 self.flag(node, "logging-hooks", f"sets {target.attr}, which decides what a logger keeps")
+
+    def _own_logger(self, node: ast.AST) -> bool:
+        """``node`` is a logger of the notebook's own: ``getLogger("wine")`` or a name bound to one."""
+        if isinstance(node, ast.Name):
+            return node.id in self.own_loggers
+        return own_logger_call(node)
 
     def _rebinds(self, node: ast.AST, name: str) -> None:
         """A top-level binding of a name the instructor's cells import or define."""
@@ -237,19 +246,55 @@ class Scanner(ast.NodeVisitor):
     def visit_Import(self, node):
         for alias in node.names:
             self._flag_module(node, alias.name)
+            self._not_installed(node, alias.name)
             bound = alias.asname or alias.name.split(".")[0]
             origin = alias.name if alias.asname else alias.name.split(".")[0]
-            if self.protected_origins.get(bound, origin) != origin:
+            if self._rebinds_origin(bound, origin):
                 self._rebinds(node, bound)
 
     def visit_ImportFrom(self, node):
+        if node.level:
+            self.flag(node, "runs-hidden-code", "a relative import (of a file the notebook may have written)")
         if node.module:
             self._flag_module(node, node.module)
+            self._not_installed(node, node.module)
             for alias in node.names:
+                if alias.name == "*":
+                    if self.protected and self._depth == 0:
+                        self.flag(node, "rebinds-imported", f"imports * from {node.module}, which may bind again "
+                                                            "names the instructor's cells import or define")
+                    continue
                 self._flag_module(node, f"{node.module}.{alias.name}", imported_name=True)
                 bound = alias.asname or alias.name
-                if self.protected_origins.get(bound, f"{node.module}.{alias.name}") != f"{node.module}.{alias.name}":
+                if self._rebinds_origin(bound, f"{node.module}.{alias.name}"):
                     self._rebinds(node, bound)
+
+    def _rebinds_origin(self, bound: str, origin: str) -> bool:
+        """An import binding ``bound`` to something else than the instructor's cells did (the same
+        object imported from another path, ``ray.data.MaterializedDataset``, is the same)."""
+        before = self.protected_origins.get(bound)
+        if before is None or before == origin:
+            return False
+        return not before or before.rsplit(".", 1)[-1] != origin.rsplit(".", 1)[-1]
+
+    def _not_installed(self, node, dotted: str) -> None:
+        top = dotted.split(".")[0]
+        if not self.is_module(top):
+            self.flag(node, "runs-hidden-code", f"imports {top}, which is not installed (a file the notebook wrote?)")
+
+    def visit_MatchAs(self, node):
+        if node.name:
+            self._rebinds(node, node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node):
+        if node.name:
+            self._rebinds(node, node.name)
+
+    def visit_MatchMapping(self, node):
+        if node.rest:
+            self._rebinds(node, node.rest)
+        self.generic_visit(node)
 
     protected_origins: dict = {}
 
@@ -301,8 +346,8 @@ class Scanner(ast.NodeVisitor):
                 self.flag(node, "runs-hidden-code", f"uses {origin}, which unpickles")
             if origin == _GRADER_PACKAGE or origin.startswith(_GRADER_PACKAGE + "."):
                 self.flag(node, "grader-internals", f"reaches {_GRADER_PACKAGE}, the grader's code in the kernel")
-            if (isinstance(node.ctx, ast.Load) and not getattr(node, "_attr_base", False)
-                    and "." in origin and self.is_module(origin)):
+            if isinstance(node.ctx, ast.Load) and not getattr(node, "_attr_base", False) and "." in origin and (
+                    self.is_module(origin) or (origin.startswith("raydata_course.") and self.is_module(attr))):
                 self.flag(node, "module-as-value", f"uses the module {origin} as a value")
             if (head, attr) in _COPY_CALLS:
                 self.flag(node, "copies-files", f"uses {head}.{attr}, which copies a file or holds its bytes")
@@ -317,7 +362,7 @@ class Scanner(ast.NodeVisitor):
             if not (node.attr in ("__class__", "__dict__") and isinstance(node.value, ast.Name)
                     and node.value.id in self._selfish[-1] and isinstance(node.ctx, ast.Load)):
                 self.flag(node, "class-identity", f"reaches {node.attr}")
-        elif node.attr.startswith("_") and not node.attr.startswith("__"):
+        elif node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in _NAMEDTUPLE_API:
             root = _root(node)
             if not (isinstance(root, ast.Name) and root.id in self._selfish[-1]):
                 self.flag(node, "private-attribute", f"reaches the private attribute {node.attr}")
@@ -337,9 +382,7 @@ class Scanner(ast.NodeVisitor):
         if name in _HIDDEN_CODE_CALLS:
             self.flag(node, "runs-hidden-code", f"calls {name}")
         elif name in ("globals", "locals", "vars"):
-            own = name == "vars" and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in self._selfish[-1]
-            if not own:
-                self.flag(node, "dynamic-attribute", f"calls {name}(), which reaches a namespace as a dict")
+            pass  # reading is fine; changing the namespace is flagged where it happens (a store, update)
         elif name in ("setattr", "delattr"):
             target = node.args[0] if node.args else None
             if not (isinstance(target, ast.Name) and target.id in self._selfish[-1]):
@@ -382,8 +425,20 @@ class Scanner(ast.NodeVisitor):
                 self.flag(node, "runs-hidden-code", "loads with weights_only off, which unpickles")
             elif keyword.arg == "name" and isinstance(value, ast.Constant) and isinstance(value.value, str):
                 self._impostor(node, value.value.strip())
-        if attr in _LOGGING_CALLS:
+        if attr in _LOGGING_CALLS and not (attr in ("addFilter", "removeFilter", "removeHandler")
+                                           and self._own_logger(func.value)):
             self.flag(node, "logging-hooks", f"calls {attr}, which changes what logging keeps")
+        if attr in _NAMED_ACCESS_CALLS or name in _NAMED_ACCESS_CALLS:
+            self.flag(node, "dynamic-attribute", f"calls {attr or name}, which sets or reaches attributes by a name "
+                                                 "given as data")
+        if (attr or name) == "wraps" and any(k.arg in ("assigned", "updated") for k in node.keywords):
+            self.flag(node, "dynamic-attribute", "calls wraps with the attributes to copy, which sets them by name")
+        if (attr in _NAMESPACE_MUTATORS and isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name)
+                and func.value.func.id in ("vars", "globals", "locals")):
+            self.flag(node, "dynamic-attribute", f"changes a namespace through {func.value.func.id}()")
+        if (attr == "options" or name == "remote" or attr == "remote") and any(
+                k.arg == "name" and not isinstance(k.value, ast.Constant) for k in node.keywords):
+            self.flag(node, "impostor-name", "names a Ray task or actor with a name computed at run time")
         if attr in _COPY_ATTRS:
             self.flag(node, "copies-files", f"calls {attr}, which copies a file or holds its bytes")
         if attr == "register" and (self._origin(func.value) is not None or self._carries(func.value)):
@@ -412,3 +467,16 @@ class Scanner(ast.NodeVisitor):
             self.flag(node, "grader-internals", f"names {_GRADER_PACKAGE}, the grader's code in the kernel")
         if isinstance(node.value, str) and len(node.value) < 200 and _IMPOSTOR_TEXT.search(node.value):
             self.flag(node, "impostor-name", "names one of the processes the judge watches")
+        if isinstance(node.value, str) and len(node.value) < 400 and _PYTHON_FILE_TEXT.search(node.value):
+            self.flag(node, "runs-hidden-code", "names a Python file or a start-up hook (code written to run later)")
+
+
+def own_logger_call(node: ast.AST) -> bool:
+    """``logging.getLogger("wine")`` (a constant name that is not Ray's, nor the root logger)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))):
+        return False
+    called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+    if called != "getLogger" or len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
+        return False
+    name = node.args[0].value
+    return isinstance(name, str) and bool(name.strip()) and name.split(".")[0] not in ("ray", "root")

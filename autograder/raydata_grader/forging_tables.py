@@ -28,7 +28,7 @@ _DYNAMIC_BUILTINS = {"setattr", "getattr", "delattr", "hasattr", "vars", "global
                      "compile", "__import__", "breakpoint"}
 #: Library calls that reach an attribute by a name given as data.
 _DYNAMIC_ATTRS = {("operator", "attrgetter"), ("operator", "methodcaller"), ("operator", "setitem"),
-                  ("operator", "delitem"), ("functools", "reduce")}
+                  ("operator", "delitem")}
 #: Calls that change what logging keeps (the grader reads Ray Data's warnings from the log).
 _LOGGING_CALLS = {"addFilter", "removeFilter", "dictConfig", "fileConfig", "listen", "setLoggerClass",
                   "setLogRecordFactory", "removeHandler"}
@@ -38,7 +38,7 @@ _LOGGING_ATTRS = {"propagate", "disabled", "handle", "callHandlers", "filters", 
 #: The names the judge sees Ray's processes by (``ray::SplitCoordinator.get``, ``ray::MapWorker(...)``,
 #: ``ray::Write``): a class, function or task of the notebook's own by such a name imitates them.
 IMPOSTOR_NAMES = ("SplitCoordinator", "MapWorker", "Write", "ReadRange", "StreamingExecutor")
-_IMPOSTOR_TEXT = re.compile(r"SplitCoordinator|MapWorker|^\s*ray::|^\s*_?(Write|ReadRange)\s*$")
+_IMPOSTOR_TEXT = re.compile(r"SplitCoordinator|MapWorker|^\s*ray::")
 #: Calls that copy a file or hold its bytes (a private copy of a file whose opens the judge counts).
 _COPY_CALLS = {("shutil", "copy"), ("shutil", "copy2"), ("shutil", "copyfile"), ("shutil", "copyfileobj"),
                ("shutil", "copytree"), ("shutil", "move"), ("os", "link"), ("os", "symlink"), ("os", "sendfile"),
@@ -53,8 +53,9 @@ _GRADER_PACKAGE = "raydata_course.judging"
 #: Ray's hooks that the judge installs its own probes through.
 _GRADER_HOOK_ATTRS = {"custom_execution_callback_classes"}
 #: Modules that reach the interpreter's insides.
-_INTROSPECTION_MODULES = {"ctypes", "gc", "inspect", "importlib", "builtins", "__builtin__", "_ctypes", "unittest",
-                          "mock", "weakref", "_thread", "tracemalloc", "sysconfig", "site", "atexit"}
+_INTROSPECTION_MODULES = {"ctypes", "inspect", "importlib", "builtins", "__builtin__", "_ctypes", "unittest",
+                          "mock", "weakref", "_thread", "sysconfig", "site", "atexit", "pydoc", "pkgutil", "pytest",
+                          "_pytest", "code", "zipimport"}
 _INTROSPECTION_ATTRS = {
     ("sys", "modules"), ("sys", "_getframe"), ("sys", "settrace"), ("sys", "setprofile"), ("sys", "meta_path"),
     ("sys", "path_hooks"), ("sys", "path_importer_cache"), ("sys", "addaudithook"), ("sys", "_current_frames"),
@@ -63,8 +64,21 @@ _INTROSPECTION_ATTRS = {
     ("threading", "_active"), ("types", "FunctionType"), ("types", "CodeType"), ("types", "ModuleType"),
     ("types", "MethodType"), ("types", "CellType"), ("types", "FrameType"), ("types", "TracebackType"),
     ("os", "putenv"), ("os", "unsetenv"), ("concurrent.futures", "ProcessPoolExecutor"),
-    ("abc", "ABCMeta"), ("logging", "config"),
+    ("abc", "ABCMeta"), ("logging", "config"), ("gc", "get_referrers"), ("gc", "get_referents"),
+    ("gc", "get_objects"), ("gc", "callbacks"), ("resource", "setrlimit"), ("resource", "prlimit"),
+    ("string", "Formatter"),
 }
+#: Calls (by attribute name) that set attributes, or reach them, by a name given as data.
+_NAMED_ACCESS_CALLS = {"get_field", "resolve_name", "locate", "MonkeyPatch", "monkeypatch", "update_wrapper",
+                       "register_dataframe_accessor", "register_series_accessor", "register_index_accessor",
+                       "register_extension_dtype", "register_serializer", "format_field", "attrgetter",
+                       "methodcaller"}
+#: Mutators of a namespace reached through vars(), globals() or locals().
+_NAMESPACE_MUTATORS = {"update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"}
+#: A namedtuple's public methods, underscored so as not to clash with its fields.
+_NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
+#: A string naming a Python file or an interpreter start-up hook: code written to import later.
+_PYTHON_FILE_TEXT = re.compile(r"\.(py|pyc|pth|so)\s*$|sitecustomize|usercustomize")
 _FRAME_ATTRS = {"f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next",
                 "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code"}
 #: Dunders that reach a class's identity or an object's insides (reading ``__name__``,
@@ -77,7 +91,7 @@ _IDENTITY_DUNDERS = {"__class__", "__bases__", "__mro__", "__dict__", "__subclas
 _SET_IDENTITY = {"__module__", "__qualname__", "__name__"}
 _ISINSTANCE_HOOKS = {"__instancecheck__", "__subclasscheck__", "__subclasshook__", "__getattribute__", "__class__",
                      "__init_subclass__", "__set_name__", "__class_getitem__", "__prepare__"}
-_PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "signal", "setproctitle", "prctl", "resource",
+_PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "signal", "setproctitle", "prctl",
                     "concurrent.futures.process", "fcntl", "mmap", "socket", "asyncio.subprocess"}
 _PROCESS_OS_CALLS = {"system", "popen", "fork", "forkpty", "kill", "killpg", "setsid", "setpgid", "execv", "execve",
                      "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp",
