@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import ast
 
+from raydata_grader.forging_bindings import ImportRules, own_logger_call
 from raydata_grader.forging_flow import RETURNS, carries, library_value
 from raydata_grader.forging_tables import (_CONTROL_CHARS, _COPY_ATTRS, _COPY_CALLS, _DANGEROUS_ROOTS,
                                            _DYNAMIC_ATTRS, _DYNAMIC_BUILTINS, _FRAME_ATTRS, _GRADER_HOOK_ATTRS,
                                            _GRADER_PACKAGE, _HIDDEN_CODE_CALLS, _HIDDEN_CODE_MODULES,
                                            _IDENTITY_DUNDERS, _IMPOSTOR_TEXT, _INTROSPECTION_ATTRS,
-                                           _INTROSPECTION_MODULES, _ISINSTANCE_HOOKS, _KERNEL_MODULES,
-                                           _LOGGING_ATTRS, _LOGGING_CALLS, _PROCESS_MODULES, _PROCESS_OS_CALLS,
+                                           _ISINSTANCE_HOOKS, _LOGGING_ATTRS, _LOGGING_CALLS, _PROCESS_OS_CALLS,
                                            _SET_IDENTITY, _SETTABLE, _UNPICKLING_ATTRS, IMPOSTOR_NAMES, RULES,
                                            _NAMED_ACCESS_CALLS, _NAMESPACE_MUTATORS, _NAMEDTUPLE_API,
-                                           _PYTHON_FILE_TEXT,
-                                           Finding, _dotted, _root)
+                                           _PYTHON_FILE_TEXT, Finding, _dotted, _root)
 
-__all__ = ["RULES", "Finding", "Scanner"]
+__all__ = ["RULES", "Finding", "Scanner", "own_logger_call"]
 
 
-class Scanner(ast.NodeVisitor):
+class Scanner(ImportRules):
     """One student cell's syntax tree, read for forging code (see the module docstring).
 
     Args:
@@ -172,11 +171,6 @@ class Scanner(ast.NodeVisitor):
             return node.id in self.own_loggers
         return own_logger_call(node)
 
-    def _rebinds(self, node: ast.AST, name: str) -> None:
-        """A top-level binding of a name the instructor's cells import or define."""
-        if self._depth == 0 and name in self.protected:
-            self.flag(node, "rebinds-imported", f"binds {name} again, which the instructor's cells import or define")
-
     def _impostor(self, node: ast.AST, name: str) -> None:
         if name.lstrip("_") in IMPOSTOR_NAMES:
             self.flag(node, "impostor-name", f"names something {name}, as Ray Data names the processes the judge watches")
@@ -241,82 +235,6 @@ class Scanner(ast.NodeVisitor):
         for name in node.names:
             if name in self.protected:
                 self.flag(node, "rebinds-imported", f"declares {name} global, which the instructor's cells import or define")
-
-    # -- imports
-    def visit_Import(self, node):
-        for alias in node.names:
-            self._flag_module(node, alias.name)
-            self._not_installed(node, alias.name)
-            bound = alias.asname or alias.name.split(".")[0]
-            origin = alias.name if alias.asname else alias.name.split(".")[0]
-            if self._rebinds_origin(bound, origin):
-                self._rebinds(node, bound)
-
-    def visit_ImportFrom(self, node):
-        if node.level:
-            self.flag(node, "runs-hidden-code", "a relative import (of a file the notebook may have written)")
-        if node.module:
-            self._flag_module(node, node.module)
-            self._not_installed(node, node.module)
-            for alias in node.names:
-                if alias.name == "*":
-                    if self.protected and self._depth == 0:
-                        self.flag(node, "rebinds-imported", f"imports * from {node.module}, which may bind again "
-                                                            "names the instructor's cells import or define")
-                    continue
-                self._flag_module(node, f"{node.module}.{alias.name}", imported_name=True)
-                bound = alias.asname or alias.name
-                if self._rebinds_origin(bound, f"{node.module}.{alias.name}"):
-                    self._rebinds(node, bound)
-
-    def _rebinds_origin(self, bound: str, origin: str) -> bool:
-        """An import binding ``bound`` to something else than the instructor's cells did (the same
-        object imported from another path, ``ray.data.MaterializedDataset``, is the same)."""
-        before = self.protected_origins.get(bound)
-        if before is None or before == origin:
-            return False
-        return not before or before.rsplit(".", 1)[-1] != origin.rsplit(".", 1)[-1]
-
-    def _not_installed(self, node, dotted: str) -> None:
-        top = dotted.split(".")[0]
-        if not self.is_module(top):
-            self.flag(node, "runs-hidden-code", f"imports {top}, which is not installed (a file the notebook wrote?)")
-
-    def visit_MatchAs(self, node):
-        if node.name:
-            self._rebinds(node, node.name)
-        self.generic_visit(node)
-
-    def visit_MatchStar(self, node):
-        if node.name:
-            self._rebinds(node, node.name)
-
-    def visit_MatchMapping(self, node):
-        if node.rest:
-            self._rebinds(node, node.rest)
-        self.generic_visit(node)
-
-    protected_origins: dict = {}
-
-    def _flag_module(self, node, dotted: str, imported_name: bool = False) -> None:
-        top = dotted.split(".")[0]
-        parts = dotted.split(".")
-        if dotted == _GRADER_PACKAGE or dotted.startswith(_GRADER_PACKAGE + "."):
-            self.flag(node, "grader-internals", f"imports {dotted}, the grader's code in the kernel")
-        if top in _HIDDEN_CODE_MODULES or any(part in _HIDDEN_CODE_MODULES for part in parts):
-            self.flag(node, "runs-hidden-code", f"imports {dotted}")
-        elif top in _INTROSPECTION_MODULES or dotted in {"unittest.mock"}:
-            self.flag(node, "introspection", f"imports {dotted}")
-        elif top in _PROCESS_MODULES or dotted in _PROCESS_MODULES:
-            self.flag(node, "processes", f"imports {dotted}")
-        elif top in _KERNEL_MODULES:
-            self.flag(node, "kernel-hooks", f"imports {dotted}")
-        elif imported_name and tuple(dotted.rsplit(".", 1)) in _INTROSPECTION_ATTRS:
-            self.flag(node, "introspection", f"imports {dotted}")
-        elif imported_name and dotted.rsplit(".", 1)[0] == "os" and dotted.rsplit(".", 1)[1] in _PROCESS_OS_CALLS:
-            self.flag(node, "processes", f"imports {dotted}")
-        elif any(part.startswith("_") and not part.startswith("__") for part in dotted.split(".")):
-            self.flag(node, "private-attribute", f"imports {dotted}, a private module")
 
     # -- names, attributes, calls
     def visit_Name(self, node):
@@ -469,14 +387,3 @@ class Scanner(ast.NodeVisitor):
             self.flag(node, "impostor-name", "names one of the processes the judge watches")
         if isinstance(node.value, str) and len(node.value) < 400 and _PYTHON_FILE_TEXT.search(node.value):
             self.flag(node, "runs-hidden-code", "names a Python file or a start-up hook (code written to run later)")
-
-
-def own_logger_call(node: ast.AST) -> bool:
-    """``logging.getLogger("wine")`` (a constant name that is not Ray's, nor the root logger)."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))):
-        return False
-    called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-    if called != "getLogger" or len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
-        return False
-    name = node.args[0].value
-    return isinstance(name, str) and bool(name.strip()) and name.split(".")[0] not in ("ray", "root")
