@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from raydata_grader.forging_tables import RULES
+
 __all__ = ["RECOMPUTED", "OBSERVED", "REPORTED", "KINDS", "Fact", "recomputed", "observed", "reported",
            "facts_of", "rests_on_reported", "forged_by", "inventory_rows", "inventory_markdown", "InventoryError"]
 
@@ -65,8 +67,6 @@ class Fact:
             raise ValueError(f"a fact's kind is one of {KINDS}, not {self.kind!r}")
         if not self.what.strip() or not self.how.strip():
             raise ValueError("a fact says what it is and how the judge gets it")
-        from raydata_grader.forging_tables import RULES
-
         unknown = set(self.forged_by) - set(RULES)
         if unknown:
             raise ValueError(f"forged_by names rules the scan does not have: {sorted(unknown)} (rules: {RULES})")

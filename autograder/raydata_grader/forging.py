@@ -124,34 +124,35 @@ def student_cells(nb, release_nb=None) -> list[tuple[str, str]]:
     puts the release's source back before the kernel runs it); every other code cell is the
     student's: answer cells by their grade id, added cells as ``"cell N"``.
     """
-    out = []
-    for index, cell in _student_cell_nodes(nb, release_nb, with_index=True):
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        out.append((gid or f"cell {index + 1}", source))
-    return out
+    locked = _locked_ids(release_nb)
+    return [(_label(index, cell), _source(cell)) for index, cell in enumerate(nb.get("cells", []))
+            if cell.get("cell_type") == "code" and _grade_id(cell) not in locked]
 
 
-def _student_cell_nodes(nb, release_nb=None, with_index: bool = False) -> list:
-    """The student's code cells (see :func:`student_cells`), as nodes (with their index)."""
+def _grade_id(cell) -> str | None:
+    meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+    return meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
+
+
+def _label(index: int, cell) -> str:
+    """A cell's name in findings: its grade id, or ``"cell N"`` (1-based)."""
+    return _grade_id(cell) or f"cell {index + 1}"
+
+
+def _source(cell) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _locked_ids(release_nb) -> set[str]:
+    """The grade ids of the release's locked code cells (the instructor's; empty without a release)."""
     locked = set()
     if release_nb is not None:
         for cell in release_nb.get("cells", []):
             meta = (cell.get("metadata") or {}).get("nbgrader") or {}
             if cell.get("cell_type") == "code" and meta.get("locked") and not meta.get("solution") and meta.get("grade_id"):
                 locked.add(meta["grade_id"])
-    out = []
-    for index, cell in enumerate(nb.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
-        if gid in locked:
-            continue
-        out.append((index, cell) if with_index else cell)
-    return out
+    return locked
 
 
 def _parse(code: str) -> ast.AST | None:
@@ -198,59 +199,51 @@ def find_forging(nb, release_nb=None) -> list[Finding]:
         The findings, cell by cell, in line order. A cell that does not parse is skipped (it
         raises when it runs, and defines nothing).
     """
-    mine = student_cells(nb, release_nb)
-    mine_ids = {id(cell) for cell in _student_cell_nodes(nb, release_nb)}
+    locked = _locked_ids(release_nb)
     imported: dict[str, str] = {}
     modules: set[str] = set()
     protected: dict[str, str] = {}  # {name: origin} the instructor's cells import (def/class: "")
-    imports_by_cell: dict[int, dict[str, str]] = {}
-    for cell in nb.get("cells", []):
+    mine = []  # (label, source, code as the kernel runs it, tree, names imported before this cell)
+    for index, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
             continue
-        source = cell.get("source", "")
-        tree = _parse(_transform("".join(source) if isinstance(source, list) else str(source)))
+        source = _source(cell)
+        code = _transform(source)
+        tree = _parse(code)
+        if _grade_id(cell) not in locked:
+            mine.append((_label(index, cell), source, code, tree, dict(imported)))
         if tree is None:
             continue
         names, mods = _imports(tree)
         imported.update(names)
         modules |= mods
-        imports_by_cell[id(cell)] = names
-        if id(cell) not in mine_ids:
+        if _grade_id(cell) in locked:
             protected.update(names)
             protected.update({n.name: "" for n in tree.body
                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))})
-    trees = [t for t in (_parse(_transform(source)) for _, source in mine) if t is not None]
+    trees = [tree for _, _, _, tree, _ in mine if tree is not None]
     own_functions = {n.name for t in trees for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     tainted = tainted_names(trees, imported, own_functions)
     storing = storing_functions(trees)
     own_loggers = {t.id for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Assign) and own_logger_call(n.value)
                    for t in n.targets if isinstance(t, ast.Name)}
     findings: list[Finding] = []
-    for (label, source), cell in zip(mine, _student_cell_nodes(nb, release_nb)):
-        code = _transform(source)
-        tree = _parse(code)
+    for label, source, code, tree, earlier in mine:
         if tree is None:
             continue
-        guarded = dict(protected)
-        if release_nb is None:  # no release to tell the instructor's cells: the earlier cells' imports
-            for other, names in imports_by_cell.items():
-                if other == id(cell):
-                    break
-                guarded.update(names)
+        # Without a release to tell the instructor's cells, the earlier cells' imports are guarded.
+        guarded = protected if release_nb is not None else {**protected, **earlier}
         scanner = Scanner(label, source.splitlines() if code == source else code.splitlines(), imported, modules,
-                          own_functions, protected=set(guarded), tainted=tainted, storing_functions=storing,
-                          is_module=_is_module)
-        scanner.protected_origins = guarded
-        scanner.own_loggers = own_loggers
-        trees, seen = [tree], 0
-        while trees and seen < 50:  # a magic's code, and a magic's within it
-            node = trees.pop()
+                          own_functions, protected=guarded, tainted=tainted, storing_functions=storing,
+                          is_module=_is_module, own_loggers=own_loggers)
+        pending, seen = [tree], 0
+        while pending and seen < 50:  # a magic's code, and a magic's within it
+            node = pending.pop()
             seen += 1
             for body in safe_magic_calls(node):
-                try:
-                    trees.append(ast.parse(_transform(body)))
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    continue
+                inner = _parse(_transform(body))
+                if inner is not None:
+                    pending.append(inner)
             try:
                 scanner.visit(node)
             except RecursionError:

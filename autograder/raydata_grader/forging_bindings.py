@@ -18,7 +18,7 @@ __all__ = ["ImportRules", "own_logger_call"]
 
 class ImportRules(ast.NodeVisitor):
     """The import and binding rules of :class:`raydata_grader.forging_rules.Scanner` (a mixin:
-    it uses the scanner's ``flag``, ``protected``, ``protected_origins``, ``is_module`` and
+    it uses the scanner's ``flag``, ``protected``, ``is_module`` and
     ``_depth``)."""
 
     def visit_Import(self, node):
@@ -50,7 +50,7 @@ class ImportRules(ast.NodeVisitor):
     def _rebinds_origin(self, bound: str, origin: str) -> bool:
         """An import binding ``bound`` to something else than the instructor's cells did (the same
         object imported from another path, ``ray.data.MaterializedDataset``, is the same)."""
-        before = self.protected_origins.get(bound)
+        before = self.protected.get(bound)
         if before is None or before == origin:
             return False
         return not before or before.rsplit(".", 1)[-1] != origin.rsplit(".", 1)[-1]
@@ -74,8 +74,6 @@ class ImportRules(ast.NodeVisitor):
             self._rebinds(node, node.rest)
         self.generic_visit(node)
 
-    protected_origins: dict = {}
-
     def _flag_module(self, node, dotted: str, imported_name: bool = False) -> None:
         top = dotted.split(".")[0]
         parts = dotted.split(".")
@@ -95,7 +93,6 @@ class ImportRules(ast.NodeVisitor):
             self.flag(node, "processes", f"imports {dotted}")
         elif any(part.startswith("_") and not part.startswith("__") for part in dotted.split(".")):
             self.flag(node, "private-attribute", f"imports {dotted}, a private module")
-
 
     def _rebinds(self, node: ast.AST, name: str) -> None:
         """A top-level binding of a name the instructor's cells import or define."""

@@ -34,27 +34,30 @@ class Scanner(ImportRules):
         imported: ``{name: dotted origin}`` bound by the notebook's imports.
         modules: those names that are modules.
         own_functions: the functions the student's cells define.
-        protected: names the instructor's cells import or define (a student's cell that binds
-            one again at the top level replaces what a locked cell uses).
+        protected: ``{name: dotted origin}`` the instructor's cells import, and ``{name: ""}``
+            they define (a student's cell that binds one again at the top level replaces what a
+            locked cell uses).
         tainted: names the student's cells bind to something that may be imported
             (:func:`tainted_names`).
         storing_functions: the student's functions that set an attribute through a parameter.
         is_module: ``dotted origin -> bool``, whether it names a module.
+        own_loggers: names the student's cells bind to a logger of their own (not Ray's).
     """
 
     def __init__(self, label: str, lines: list[str], imported: dict[str, str], modules: set[str],
-                 own_functions: set[str], protected: set[str] = frozenset(), tainted: set[str] = frozenset(),
-                 storing_functions: set[str] = frozenset(), is_module=lambda dotted: False):
+                 own_functions: set[str], protected: dict[str, str] | None = None, tainted: set[str] = frozenset(),
+                 storing_functions: set[str] = frozenset(), is_module=lambda dotted: False,
+                 own_loggers: set[str] = frozenset()):
         self.label, self.lines = label, lines
         self.imported, self.modules = dict(imported), set(modules)
         self.own_functions = own_functions
-        self.protected, self.tainted = set(protected), set(tainted)
+        self.protected, self.tainted = dict(protected or {}), set(tainted)
         self.storing_functions, self.is_module = set(storing_functions), is_module
         self.findings: list[Finding] = []
         self._selfish: list[set[str]] = [set()]  # names that are the notebook's own objects (self, cls)
         self._metaclass = [False]
         self._depth = 0  # functions and classes around the node (0: the cell's top level)
-        self.own_loggers: set[str] = set()  # names bound to a logger of the notebook's own (not Ray's)
+        self.own_loggers = set(own_loggers)
 
     # -- reporting
     def flag(self, node: ast.AST, rule: str, why: str) -> None:

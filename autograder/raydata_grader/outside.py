@@ -218,8 +218,9 @@ class Watch:
         self.cpu_s = None if cpu1 is None or self._cpu0 is None else cpu1 - self._cpu0
 
     # -- what was seen
-    def pids_titled(self, prefix: str, new_only: bool = False) -> set[int]:
-        """Processes that showed a title starting with ``prefix`` (``"ray::SplitCoordinator"``);
+    def pids_titled(self, prefix: str | tuple[str, ...], new_only: bool = False) -> set[int]:
+        """Processes that showed a title starting with ``prefix`` (``"ray::SplitCoordinator"``, or
+        any of a tuple of prefixes);
         with ``new_only``, not those that already showed it when the watch began (a Ray worker
         that was idle then and took the title since counts as new)."""
         return {pid for pid, titles in self.titles.items() if any(t.startswith(prefix) for t in titles)
