@@ -166,7 +166,6 @@ def test_each_course_fact_has_one_home():
 
 #: Modules allowed past about 400 lines, because they do one job (say which).
 ONE_JOB = {
-    "src/raydata_course/push_split/coordinator.py": "the coordinator actor: barrier, senders, reports, windows, liveness",
     "src/raydata_course/cluster.py": "the embedded cluster: version check, sizing, start, stop, its processes",
     "src/raydata_course/classroom/lint.py": "structure checks and repairs of a submission against its release",
     "src/raydata_course/judging/values.py": "the wire's inert records and their decoder: every check a hostile value meets",

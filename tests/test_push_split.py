@@ -64,7 +64,10 @@ def test_every_row_once_equal_counts_and_window(ray_cluster):
     state = splits[0].debug_state()
     final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
     for flow in final.values():
-        assert flow["max_inflight_rows"] <= flow["max_target_rows"] + flow["max_block_rows"] - 1, flow
+        # the window counts rows ahead of the batch in use: in flight, at most window + batch + a block - 1
+        assert flow["max_inflight_rows"] <= flow["max_window_rows"] + 16 + flow["max_block_rows"] - 1, flow
+        # 13 batches, 12 step cycles; the last reports may arrive after the split finished
+        assert flow["steps"] >= 6 and flow["waited_s"] >= 0, flow
         assert flow["rows_pushed"] == 200
     time.sleep(0.5)
     state = splits[0].debug_state()
@@ -134,7 +137,7 @@ def test_window_bound_with_blocks_larger_than_the_window(ray_cluster):
     for flows in seen:
         for flow in flows.values():
             inflight = flow["rows_pushed"] - flow["rows_consumed"]
-            assert inflight <= flow["max_target_rows"] + max(flow["max_block_rows"], 1) - 1, flow
+            assert inflight <= flow["max_window_rows"] + 25 + max(flow["max_block_rows"], 1) - 1, flow
 
 
 def _two_mib_blocks(rows: int, budget_bytes: int):
@@ -163,14 +166,20 @@ def test_adaptive_windows_follow_each_consumer_within_the_budget(ray_cluster):
     assert state["window"] == "adaptive" and state["window_history"], state["window_events"]
     history = state["window_history"]
     assert {h["budget_bytes"] for h in history} - {None} == {24 * MiB}  # None: before its first update
-    # the executor runs under the budget less the headroom, never below half of it
-    assert all(12 * MiB <= h["limit_bytes"] <= 24 * MiB for h in history if h["limit_bytes"])
+    # Ray Data's limit stays the budget; the executor's share, in real bytes, is what is left
+    # after the windows' reserve and one task output per operator
+    assert {h["limit_bytes"] for h in history} - {None} == {24 * MiB}
+    shares = [h for h in history if h["share_bytes"] is not None]
+    assert shares and all(h["share_bytes"] <= 24 * MiB - h["reserve_bytes"] - h["task_bytes"] for h in shares)
+    # the reserve: at least a double buffer (one batch in use, one ready) per consumer, 0.5 MiB a row
+    assert all(h["reserve_bytes"] >= 2 * (2 * batch_rows) * MiB // 2 for h in shares if h["held_bytes"])
     outside = [h["windows_rows"] for h in history if not all(batch_rows <= w <= batch_rows * prefetch
                                                               for w in h["windows_rows"])]
     assert not outside, (outside[:5], state["window_events"][-20:])
     assert state["window_events"], "the controller never moved a window"
     final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
-    assert all(f["max_inflight_rows"] <= f["max_target_rows"] + f["max_block_rows"] - 1 for f in final.values())
+    assert all(f["max_inflight_rows"] <= f["max_window_rows"] + batch_rows + f["max_block_rows"] - 1
+               for f in final.values())
 
 
 @pytest.mark.slow  # a Ray Data pipeline that runs for seconds; the controller's rules are in test-fast
@@ -178,7 +187,7 @@ def test_steering_on_the_store_reads_it_twice_a_second_not_at_every_tick(ray_clu
     """With ``steer_on_store`` the controller reads the object store (a raylet call that asks
     every worker on the node for its stats) every ``STORE_SAMPLE_INTERVAL_S`` seconds; the
     ticks in between steer on Ray Data's usage alone."""
-    from raydata_course.push_split.coordinator import STORE_SAMPLE_INTERVAL_S
+    from raydata_course.push_split.control import STORE_SAMPLE_INTERVAL_S
     from raydata_course.units import MiB
 
     splits = push_split(_two_mib_blocks(120, 24 * MiB), 2, equal=True, steer_on_store=True)
@@ -266,7 +275,7 @@ def test_a_fixed_window_is_what_the_consumer_asked_for(ray_cluster):
     assert sorted(i for per_split in out for i in per_split[0]) == list(range(300))
     state = splits[0].debug_state()
     final = state["finished_epochs"][-1]["splits"] if state["finished_epochs"] else state["splits"]
-    assert {f["target_rows"] for f in final.values()} == {30} and not state["window_history"]
+    assert {f["window_rows"] for f in final.values()} == {30} and not state["window_history"]
     with pytest.raises(ValueError, match="window must be one of"):
         push_split(ray.data.range(10), 2, window="elastic")
 
@@ -304,9 +313,9 @@ def test_out_of_range_split_index_is_rejected(ray_cluster):
 
     splits = push_split(ray.data.range(10), 2)
     with pytest.raises(ValueError, match="split_idx must be between 0 and 1, got 2"):
-        ray.get(splits[0]._coord.start_epoch.remote(2, Arrival(10)))
-    with pytest.raises(ValueError, match="Arrival with target_rows >= 1"):
-        ray.get(splits[0]._coord.start_epoch.remote(0, Arrival(0)))
+        ray.get(splits[0]._coord.start_epoch.remote(2, Arrival(10, 10)))
+    with pytest.raises(ValueError, match="Arrival with batch_rows >= 1"):
+        ray.get(splits[0]._coord.start_epoch.remote(0, Arrival(0, 0)))
     with pytest.raises(ValueError, match="split_idx must be between 0 and 1, got -1"):
         PushSplitIterator(splits[0]._coord, -1, 2, "k")
     with pytest.raises(ValueError, match="positive integer batch_size"):
@@ -324,8 +333,8 @@ def test_teardown_failure_fails_the_next_epoch_for_every_split(ray_cluster):
         def boom(force):
             raise OSError("disk gone")
 
-        coord._executor.shutdown = boom
-        coord._teardown_thread = None
+        coord._state.executor.shutdown = boom
+        coord._state.teardown_thread = None
 
     ray.get(splits[0]._coord.__ray_call__.remote(break_teardown))
     refs = [c.consume.remote(s, 10, 1) for c, s in zip(consumers, splits)]
@@ -467,13 +476,14 @@ def test_torch_trainer_workers_get_push_shards(ray_cluster, tmp_path):
     ray.kill(sink)
 
 
-def test_a_sender_waits_as_a_consumer_only_when_its_consumer_runs_short():
+def test_a_sender_waits_as_a_consumer_only_when_its_consumer_has_no_batch_ready():
     """Ray Data relaxes its terminal operator's output backpressure while a consumer waits in
-    ``get_output_blocking``; a sender whose consumer still holds a whole batch polls instead
-    (``PushSplitCoordinator._await_output``), and blocks only once the consumer runs short,
-    a block is ready, or the execution ended."""
+    ``get_output_blocking``; a sender whose consumer has a whole batch ready beyond the one in
+    use polls instead (``Sender._await_output``), and blocks as soon as the consumer has none
+    ready (the next decode then overlaps its step), a block is ready, or the execution ended."""
     from raydata_course.push_split.coordinator import PushSplitCoordinator
     from raydata_course.push_split.flow import SplitFlow
+    from raydata_course.push_split.state import EpochState
 
     class Queue:
         ready = False
@@ -490,10 +500,10 @@ def test_a_sender_waits_as_a_consumer_only_when_its_consumer_runs_short():
             self._output_node = (None, State())
 
     coordinator = object.__new__(PushSplitCoordinator)  # the method under test needs no actor
-    coordinator._cond = threading.Condition(threading.RLock())
-    coordinator._epoch, coordinator._epoch_error = 0, None
-    flow = SplitFlow(target_rows=40, host=None, batch_rows=10)
-    coordinator._flows = {0: flow}
+    coordinator._state = st = EpochState(1)
+    st.epoch = 0
+    flow = SplitFlow(window_rows=40, batch_rows=10, host=None)
+    st.flows = {0: flow}
     executor = Executor()
 
     def waits(timeout_s=0.3):
@@ -505,14 +515,17 @@ def test_a_sender_waits_as_a_consumer_only_when_its_consumer_runs_short():
 
     # the consumer has nothing: wait in Ray Data's call at once, as a starving consumer
     assert waits()[1] == [True]
-    # it holds a whole batch and no block is ready: poll, do not count as waiting
-    seq = flow.push(object(), 10, 100)
+    # one batch in use and none ready: still short, the next decode must overlap this step
+    first = flow.push(object(), 10, 100)
+    assert waits()[1] == [True]
+    # a whole batch ready beyond the one in use and no block ready: poll, do not count as waiting
+    flow.push(object(), 10, 100)
     t, done = waits()
     assert t.is_alive() and done == []
-    # it asks for its next batch (the batch is consumed): now it does wait
-    with coordinator._cond:
-        flow.apply([RowRange(seq, 0, 10)], released=False)
-        coordinator._cond.notify_all()
+    # it asks for its next batch (the first is consumed): nothing is ready any more, it waits
+    with st.cond:
+        flow.apply([RowRange(first, 0, 10)], released=False)
+        st.cond.notify_all()
     t.join(2.0)
     assert done == [True]
     # a block ready, or the execution ended or failed: take it at once
@@ -525,41 +538,28 @@ def test_a_sender_waits_as_a_consumer_only_when_its_consumer_runs_short():
     executor._output_node[1]._finished = False
     t, done = waits()
     assert t.is_alive()
-    with coordinator._cond:  # the epoch moves on meanwhile: the sender stops
-        coordinator._epoch = 1
-        coordinator._cond.notify_all()
+    with st.cond:  # the epoch moves on meanwhile: the sender stops
+        st.epoch = 1
+        st.cond.notify_all()
     t.join(2.0)
     assert done == [False]
     # another Ray release without these internals: block at once, as before
     assert coordinator._await_output(1, 0, object()) is True
 
 
-def test_the_coordinator_sets_the_limit_of_its_own_executor_only():
-    """The control thread lowers the executor's limit through the executor's own options (a
-    copy made when the epoch starts) and makes the resource manager re-read them now."""
-    from ray.data import ExecutionOptions, ExecutionResources
+def test_the_train_hook_passes_every_push_option_through():
+    """``PushDataConfig`` hands ``push_split`` every option it takes, and refuses a bad one
+    before Ray Train starts its workers."""
+    import inspect
 
-    from raydata_course.push_split.coordinator import _set_executor_limit
+    from raydata_course.push_split.train import PushDataConfig
 
-    class RM:
-        _global_limits_last_update_time = 123.0
-
-    class Executor:
-        pass
-
-    shared = ExecutionOptions(resource_limits=ExecutionResources(object_store_memory=256))
-    executor = Executor()
-    executor._options, executor._resource_manager = __import__("copy").copy(shared), RM()
-    _set_executor_limit(executor, 194)
-    assert executor._options.resource_limits.object_store_memory == 194
-    assert executor._resource_manager._global_limits_last_update_time == 0
-    assert shared.resource_limits.object_store_memory == 256  # the dataset's context is untouched
-    _set_executor_limit(Executor(), 100)  # an executor without these internals: nothing to do
-    # a limit Ray picks itself (none set), or one Ray lowers by an object-store exclusion, stays as it is
-    for options in (ExecutionOptions(),
-                    ExecutionOptions(exclude_resources=ExecutionResources(object_store_memory=3))):
-        executor._options, executor._resource_manager = options, RM()
-        before = options.resource_limits.object_store_memory
-        _set_executor_limit(executor, 100)
-        assert options.resource_limits.object_store_memory == before
-        assert executor._resource_manager._global_limits_last_update_time == 123.0
+    options = {"liveness_interval_s": 2.0, "window": "fixed", "steer_on_store": True, "read_ahead_cap": False,
+               "idle_wait": False, "control_interval_s": 0.25}
+    assert PushDataConfig(**options).push_options == options
+    taken = set(inspect.signature(push_split).parameters) - {"ds", "n", "equal", "locality_hints"}
+    assert taken == set(options), taken
+    with pytest.raises(ValueError, match="window must be one of"):
+        PushDataConfig(window="elastic")
+    with pytest.raises(ValueError, match="must be above 0 seconds"):
+        PushDataConfig(control_interval_s=0)

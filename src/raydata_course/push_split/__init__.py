@@ -1,10 +1,15 @@
 """A push-based ``streaming_split`` built on released Ray 2.60.0.
 
-The package, one concept per module: :mod:`.coordinator` (the actor that runs the execution
-and pushes blocks), :mod:`.flow` (a split's window and accounting), :mod:`.iterator` (the
-consumer's ``iter_batches``), :mod:`.inbox` (where deliveries land and how consumption is
-reported), :mod:`.messages` (the typed messages between them) and :mod:`.train` (the Ray
-Train hook, ``PushDataConfig``).
+The package, one concept per module: :mod:`.coordinator` (the actor: the epoch barrier and
+the consumers' reports), :mod:`.sender` (its senders, which push blocks), :mod:`.control` (its
+control thread), :mod:`.liveness` (failures reach every split), :mod:`.state` (what their
+threads share, under one lock), :mod:`.ray_internals` (every read of Ray Data's internals),
+:mod:`.window` (the control rule: double buffers, the budget in real bytes), :mod:`.flow` (a
+split's window and accounting), :mod:`.readahead` and :mod:`.idle` (the executor's
+backpressure policy and idle wait), :mod:`.iterator` (the consumer's ``iter_batches``),
+:mod:`.inbox` (where deliveries land and how consumption is reported), :mod:`.messages` (the
+typed messages between them), :mod:`.errors` and :mod:`.train` (the Ray Train hook,
+``PushDataConfig``).
 
 ``ds.streaming_split(n, equal=True)`` in Ray 2.60 is *pull*-based: each consumer asks a
 ``SplitCoordinator`` actor for the next block and receives an ``ObjectRef``
@@ -16,13 +21,19 @@ so the object store holds blocks that Ray Data's budget cannot see.
 
 * a :class:`~.coordinator.PushSplitCoordinator` actor runs **one streaming execution per epoch** behind
   a barrier that every split must reach (waiters sleep on a ``threading.Condition``);
-* each consumer declares a **row window**, at most ``prefetch_batches * batch_size`` rows;
-  by default the coordinator sizes it against Ray Data's budget and the consumer's pace
-  (:mod:`.window`), from one batch up;
-  per split the coordinator keeps ``rows_pushed``, ``rows_consumed`` (rows of batches the
-  training loop is done with: it asked for the next one), ``bytes_pushed`` and ``bytes_consumed``, and sends one more block while
-  ``target_rows - (rows_pushed - rows_consumed) > 0``. A block is never cut, so the rows in
-  flight exceed the window by less than one block;
+* each consumer has a **window**: rows that may wait *ready* beyond the batch its loop works
+  on, at least one batch (a double buffer: the next batch is decoded and pushed while the
+  loop trains on this one), at most ``prefetch_batches * batch_size``; by default the
+  coordinator starts it at one batch and grows it only while the consumer stalls
+  (:mod:`.window`). Per split the coordinator keeps ``rows_pushed``, ``rows_consumed`` (rows
+  of batches the training loop is done with: it asked for the next one), ``bytes_pushed`` and
+  ``bytes_consumed``, and sends one more block while ``window_rows + batch_rows -
+  (rows_pushed - rows_consumed) > 0``. A block is never cut, so the rows in flight exceed the
+  window by less than one block;
+* the budget is kept **in real bytes**: the consumers' windows (and their batches in use) are
+  reserved, one task output per operator is kept aside, and the executor's operators get the
+  rest, enforced by a backpressure policy on what their blocks really hold (:mod:`.window`,
+  :mod:`.readahead`); Ray Data's own limit stays the budget the user set;
 * blocks are **pushed by value**: the coordinator calls the actor that hosts the split
   (Ray's generic ``__ray_call__``, ``ray/actor.py:2841``) with the block's ``ObjectRef`` as
   a top-level argument, so Ray resolves it and the host receives the block, local to its
@@ -84,18 +95,21 @@ __all__ = [
     "PushSplitError",
     "SplitFlow",
     "DEFAULT_LIVENESS_INTERVAL_S",
+    "DEFAULT_CONTROL_INTERVAL_S",
     "CONSUMER_DEATH_TIMEOUT_S",
     "WINDOW_POLICIES",
 ]
 
 #: seconds between the coordinator's liveness checks of the actors hosting splits.
 DEFAULT_LIVENESS_INTERVAL_S = 1.0
+#: seconds between the adaptive window controller's ticks.
+DEFAULT_CONTROL_INTERVAL_S = 0.1
 
 
 def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list] = None,
                liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S, window: str = "adaptive",
                steer_on_store: bool = False, read_ahead_cap: bool = True,
-               idle_wait: bool = True) -> list[PushSplitIterator]:
+               idle_wait: bool = True, control_interval_s: float = DEFAULT_CONTROL_INTERVAL_S) -> list[PushSplitIterator]:
     """Split ``ds`` into ``n`` push-fed iterators, a drop-in for ``ds.streaming_split(n, equal=...)``.
 
     Args:
@@ -107,30 +121,33 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
         liveness_interval_s: seconds between the coordinator's liveness checks; a consumer
             that dies makes the others fail within a few intervals (well under
             ``CONSUMER_DEATH_TIMEOUT_S``).
-        window: ``"adaptive"`` (default): each window starts at one batch and is sized
-            against Ray Data's budget and the consumer's pace
+        window: ``"adaptive"`` (default): each window starts at one batch ahead (a double
+            buffer), grows while its consumer stalls and the budget has room, and the executor
+            gets the budget's rest in real bytes
             (:class:`~raydata_course.push_split.window.WindowController`), never above
-            ``prefetch_batches * batch_size`` rows; ``"fixed"``: every window is
-            ``prefetch_batches * batch_size`` rows.
-        steer_on_store: (adaptive) also shrink the windows when the object store's measured
-            usage is over the budget, and lower the executor's limit by how far it went over; it
-            sees the bytes the raylet freed but has not deleted yet, which Ray Data's accounting
-            never does.
+            ``prefetch_batches * batch_size`` rows ahead; ``"fixed"``: every window is
+            ``prefetch_batches * batch_size`` rows ahead, and the executor runs under Ray
+            Data's own budgeting.
+        steer_on_store: (adaptive) charge how far the object store's measured usage went over
+            the budget to the executor's share: it sees the bytes the raylet freed but has not
+            deleted yet, which Ray Data's accounting never does.
         read_ahead_cap: (adaptive) add :class:`~raydata_course.push_split.readahead.ReadAheadPolicy`
             to the executor's backpressure policies: while an operator's downstream has tasks
-            running, the operator holds at most about twice their inputs, or two of its blocks.
+            running, the operator holds at most about twice their inputs, or two of its blocks,
+            and the executor's operators keep to their share of the budget in real bytes.
         idle_wait: add :class:`~raydata_course.push_split.idle.IdleWait` to the executor's
             execution callbacks: a scheduling loop that can do nothing until a consumer frees
             bytes waits for the coordinator's news instead of spinning (off: Ray Data's own
             loop, with a :class:`~raydata_course.push_split.idle.LoopMeter` that measures what
             the spin costs; both report in ``debug_state()["idle"]``).
+        control_interval_s: (adaptive) seconds between the window controller's ticks.
 
     Returns:
         ``n`` :class:`PushSplitIterator`; split ``i`` is ``result[i]``.
 
     Raises:
-        ValueError: ``n < 1``, ``locality_hints`` of the wrong length, or an unknown
-            ``window``.
+        ValueError: ``n < 1``, ``locality_hints`` of the wrong length, an unknown
+            ``window``, or an interval not above 0.
     """
     import ray.data
     from ray.data._internal.logical.interfaces import LogicalPlan
@@ -143,6 +160,8 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
         raise ValueError(f"locality_hints must name one node per split ({n}), got {len(locality_hints)}.")
     if window not in WINDOW_POLICIES:
         raise ValueError(f"window must be one of {WINDOW_POLICIES}, got {window!r}.")
+    if not control_interval_s > 0:
+        raise ValueError(f"control_interval_s must be above 0 seconds, got {control_interval_s!r}.")
     if liveness_interval_s <= 0 or liveness_interval_s * 4 > CONSUMER_DEATH_TIMEOUT_S:
         raise ValueError(f"liveness_interval_s must be in (0, {CONSUMER_DEATH_TIMEOUT_S / 4}], "
                          f"got {liveness_interval_s}.")
@@ -158,6 +177,6 @@ def push_split(ds, n: int, *, equal: bool = True, locality_hints: Optional[list]
     coord = actor_cls.options(
         max_concurrency=2 * n + 8,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store, read_ahead_cap=read_ahead_cap,
-             idle_wait=idle_wait)
+    ).remote(split_ds, n, key, liveness_interval_s, window, steer_on_store, control_interval_s=control_interval_s,
+             read_ahead_cap=read_ahead_cap, idle_wait=idle_wait)
     return [PushSplitIterator(coord, i, n, key) for i in range(n)]

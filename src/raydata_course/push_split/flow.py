@@ -3,18 +3,20 @@
 The coordinator keeps one :class:`SplitFlow` per split and epoch, and changes it only under
 its lock. The rules it encodes:
 
-- **the window**: the coordinator may push another block while :meth:`SplitFlow.rows_to_send`
-  is positive, that is while ``target_rows - (rows_pushed - rows_consumed) > 0``. A block is
-  never cut, so the rows in flight exceed the window by less than one block;
+- **the window** counts rows *ahead of* the batch in use: the coordinator may push another
+  block while :meth:`SplitFlow.rows_to_send` is positive, that is while ``window_rows +
+  batch_rows - (rows_pushed - rows_consumed) > 0``, so a window of one batch is a double
+  buffer (one batch in use, one ready). A block is never cut, so the rows in flight exceed
+  the window by less than one block;
 - **consumed** rows (the training loop asked for the batch after theirs) open the window;
 - **released** rows (no batch views them any more) let the coordinator drop the block's ref
   once all its rows are released, so Ray Data's ``BlockRefCounter`` stops charging it.
 
 Examples:
-    >>> flow = SplitFlow(target_rows=100)
+    >>> flow = SplitFlow(window_rows=50, batch_rows=50)
     >>> seq = flow.push("ref-0", rows=60, size_bytes=600)
-    >>> flow.rows_to_send()
-    40
+    >>> flow.rows_to_send(), flow.ready_rows(), flow.short()
+    (40, 10, True)
     >>> flow.apply([RowRange(seq, 0, 60)], released=False), flow.rows_to_send()
     (0, 100)
     >>> flow.apply([RowRange(seq, 0, 60)], released=False)  # a repeat is ignored
@@ -31,7 +33,10 @@ from typing import Any
 
 from raydata_course.push_split.messages import InflightBlock, RowRange
 
-__all__ = ["SplitFlow"]
+__all__ = ["SplitFlow", "STALL_WINDOW_STEPS"]
+
+#: how many of a consumer's last reports (about one per step) its stall fraction covers.
+STALL_WINDOW_STEPS = 8
 
 
 @dataclass
@@ -39,7 +44,10 @@ class SplitFlow:
     """Flow state of one split in one epoch (recreated every epoch).
 
     Attributes:
-        target_rows: the consumer's window, ``prefetch_batches * batch_size`` rows.
+        window_rows: rows the consumer may hold ready beyond the batch in use (at most
+            ``prefetch_batches * batch_size``; the adaptive controller moves it).
+        batch_rows: the consumer's batch size: the batch in use, and the window's floor and
+            step under an adaptive window (:mod:`~raydata_course.push_split.window`).
         host: actor handle of the process hosting the split, or None (fetch transport).
         rows_pushed / rows_consumed: rows sent to / reported consumed by the consumer.
         bytes_pushed / bytes_consumed: the same in bytes (Ray Data's ``size_bytes``).
@@ -55,14 +63,15 @@ class SplitFlow:
         max_block_rows: largest block pushed, in rows.
         ignored_reports: reports dropped (unknown block, repeat, or after ``finished``).
         blocks_released: blocks whose ref was dropped because every row was released.
-        batch_rows: the consumer's batch size, the window's floor under an adaptive window
-            (:mod:`~raydata_course.push_split.window`); 0 when unknown.
-        waited_s: seconds the consumer reported waiting for data since the controller last
-            read it (:meth:`take_waited_s`).
-        max_target_rows: the largest window this epoch (:meth:`set_target_rows`).
+        steps: steps (batches) the consumer reported done.
+        recent_steps: ``(steps, waited_s, cycle_s)`` of its last reports (the stall signal,
+            :meth:`stall_fraction`).
+        waited_s: seconds the consumer reported waiting for data, in all.
+        max_window_rows: the largest window this epoch (:meth:`set_window_rows`).
     """
 
-    target_rows: int
+    window_rows: int
+    batch_rows: int = 1
     host: Any = None
     rows_pushed: int = 0
     rows_consumed: int = 0
@@ -78,21 +87,52 @@ class SplitFlow:
     max_block_rows: int = 0
     ignored_reports: int = 0
     blocks_released: int = 0
-    batch_rows: int = 0
+    steps: int = 0
+    recent_steps: collections.deque = field(default_factory=lambda: collections.deque(maxlen=STALL_WINDOW_STEPS))
     waited_s: float = 0.0
-    max_target_rows: int = 0
+    max_window_rows: int = 0
 
     def __post_init__(self) -> None:
-        self.max_target_rows = max(self.max_target_rows, self.target_rows)
+        if self.window_rows < 0 or self.batch_rows < 1:
+            raise ValueError(f"a split needs window_rows >= 0 and batch_rows >= 1, got {self.window_rows}, "
+                             f"{self.batch_rows}.")
+        self.max_window_rows = max(self.max_window_rows, self.window_rows)
 
-    def set_target_rows(self, rows: int) -> None:
+    def set_window_rows(self, rows: int) -> None:
         """Resize the window (the adaptive controller); rows already in flight stay."""
-        self.target_rows = rows
-        self.max_target_rows = max(self.max_target_rows, rows)
+        self.window_rows = rows
+        self.max_window_rows = max(self.max_window_rows, rows)
 
     def rows_to_send(self) -> int:
-        """Credit left in the window: the coordinator may send while this is > 0."""
-        return self.target_rows - (self.rows_pushed - self.rows_consumed)
+        """Credit left: the window plus the batch in use, less what is pushed and not yet
+        consumed. The coordinator may send while this is > 0."""
+        return self.window_rows + self.batch_rows - (self.rows_pushed - self.rows_consumed)
+
+    def ready_rows(self) -> int:
+        """Rows pushed and not yet consumed beyond the batch in use (rows)."""
+        return max(0, self.rows_pushed - self.rows_consumed - self.batch_rows)
+
+    def short(self) -> bool:
+        """The consumer has no whole batch ready beyond the one in use: the sender waits on
+        the executor as a consumer, so the next decode overlaps the current step."""
+        return self.ready_rows() < self.batch_rows
+
+    def note_steps(self, steps: int, waited_s: float, cycle_s: float) -> None:
+        """A consumer's report: ``steps`` batches done, ``waited_s`` seconds waited for data
+        and ``cycle_s`` seconds of step cycles (waits included) since its last report."""
+        if steps <= 0 and waited_s <= 0:
+            return
+        self.steps += max(0, steps)
+        self.waited_s += max(0.0, waited_s)
+        self.recent_steps.append((max(0, steps), max(0.0, waited_s), max(0.0, cycle_s)))
+
+    def stall_fraction(self) -> float | None:
+        """Seconds waited ÷ seconds of step cycles over the last reports (at most
+        ``STALL_WINDOW_STEPS`` of them); None before a step with a measured cycle."""
+        cycle = sum(c for _, _, c in self.recent_steps)
+        if cycle <= 0:
+            return None
+        return min(1.0, sum(w for _, w, _ in self.recent_steps) / cycle)
 
     def push(self, ref: Any, rows: int, size_bytes: int) -> int:
         """Account for one more block sent; return its sequence number."""
@@ -156,11 +196,6 @@ class SplitFlow:
         """Mean bytes per row of the blocks pushed so far; None before the first."""
         return self.bytes_pushed / self.rows_pushed if self.rows_pushed else None
 
-    def take_waited_s(self) -> float:
-        """The consumer's waiting time since the last call, then reset it (seconds)."""
-        waited, self.waited_s = self.waited_s, 0.0
-        return waited
-
     def unconsumed_bytes(self) -> int:
         """Bytes pushed and not yet consumed (0 once the consumer finished)."""
         return 0 if self.finished else self.bytes_pushed - self.bytes_consumed
@@ -168,7 +203,8 @@ class SplitFlow:
     def snapshot(self) -> dict:
         """The flow's counters, for ``debug_state``."""
         return {
-            "target_rows": self.target_rows, "max_target_rows": self.max_target_rows,
+            "window_rows": self.window_rows, "max_window_rows": self.max_window_rows, "steps": self.steps,
+            "waited_s": round(self.waited_s, 3),
             "batch_rows": self.batch_rows, "rows_pushed": self.rows_pushed,
             "rows_consumed": self.rows_consumed, "bytes_pushed": self.bytes_pushed,
             "bytes_consumed": self.bytes_consumed, "blocks_pushed": self.blocks_pushed,

@@ -157,8 +157,9 @@ class Fetcher:
 
 class ConsumptionReporter:
     """Collects row ranges the training loop is done with (it asked for the next batch), row
-    ranges no batch views any more (from weakref finalizers, on any thread) and the seconds
-    the loop waited for data, and reports them to the coordinator from one thread."""
+    ranges no batch views any more (from weakref finalizers, on any thread), the seconds
+    the loop waited for data and its step cycles, and reports them to the coordinator from
+    one thread."""
 
     def __init__(self, coord, epoch: int, split_idx: int):
         self._coord, self._epoch, self._split = coord, epoch, split_idx
@@ -166,6 +167,8 @@ class ConsumptionReporter:
         self._released: list[RowRange] = []
         self._taken: list[RowRange] = []
         self._waited_s = 0.0
+        self._steps = 0
+        self._cycle_s = 0.0
         self._closed = False
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"push-split-report-{split_idx}")
         self._thread.start()
@@ -182,6 +185,14 @@ class ConsumptionReporter:
             self._waited_s += seconds
             self._cond.notify()
 
+    def step(self, cycle_s: float) -> None:
+        """Count one step cycle of the loop, ``cycle_s`` seconds from one batch handed out to
+        the next (its wait included); sent with the next report (the stall signal)."""
+        with self._cond:
+            self._steps += 1
+            self._cycle_s += cycle_s
+            self._cond.notify()
+
     def add(self, ranges) -> None:
         """Queue row ranges no batch views any more; any thread."""
         with self._cond:
@@ -191,15 +202,18 @@ class ConsumptionReporter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._released or self._taken or self._waited_s or self._closed)
+                self._cond.wait_for(lambda: self._released or self._taken or self._waited_s or self._steps
+                                    or self._closed)
                 released, self._released = self._released, []
                 taken, self._taken = self._taken, []
                 waited_s, self._waited_s = self._waited_s, 0.0
+                steps, self._steps = self._steps, 0
+                cycle_s, self._cycle_s = self._cycle_s, 0.0
                 closed = self._closed
-            if released or taken or waited_s:
+            if released or taken or waited_s or steps:
                 try:
-                    if taken or waited_s:
-                        self._coord.consumed.remote(self._epoch, self._split, taken, waited_s)
+                    if taken or waited_s or steps:
+                        self._coord.consumed.remote(self._epoch, self._split, taken, waited_s, steps, cycle_s)
                     if released:
                         self._coord.released.remote(self._epoch, self._split, released)
                 except Exception:  # noqa: BLE001 - the coordinator is gone; nothing to report to

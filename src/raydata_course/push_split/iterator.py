@@ -62,11 +62,11 @@ class PushSplitIterator:
         """Batches of this split for one epoch, like ``DataIterator.iter_batches``.
 
         Args:
-            prefetch_batches: the window is ``max(1, prefetch_batches) * batch_size`` rows
-                pushed to this consumer and not yet done with, the batch in use included:
-                ``prefetch_batches - 1`` batches wait ready while the loop works on one.
-                (Ray's ``prefetch_batches`` counts only batches ahead; here the window
-                bounds everything the consumer holds, so the budget can account for it.)
+            prefetch_batches: the most batches that may wait ready beyond the one the loop
+                works on, as in Ray (at least 1: a double buffer, so the next batch arrives
+                while the loop trains on this one). An adaptive window starts at one batch
+                ahead and grows toward this only while the loop stalls
+                (:mod:`~raydata_course.push_split.window`).
             batch_size: rows per batch (the last may be smaller unless ``drop_last``).
             batch_format: ``"default"``/``"numpy"``, ``"pandas"`` or ``"pyarrow"``.
             drop_last: drop a final batch smaller than ``batch_size``.
@@ -137,7 +137,7 @@ class PushSplitIterator:
         host = ctx.current_actor if ctx.get_actor_id() is not None else None
         split_receiver = receiver(self._key, self._split_idx)
         epoch = ray.get(self._coord.start_epoch.remote(
-            self._split_idx, Arrival(prefetch_batches * batch_size, host, batch_rows=batch_size)))
+            self._split_idx, Arrival(prefetch_batches * batch_size, batch_size, host)))
         inbox = split_receiver.inbox(epoch)
         reporter = ConsumptionReporter(self._coord, epoch, self._split_idx)
         fetcher = None if host is not None else Fetcher(self._coord, epoch, self._split_idx, inbox)
@@ -145,6 +145,7 @@ class PushSplitIterator:
         pending_rows = 0
         untracked: list = []  # seq lists of batches that cannot be weak-referenced
         ended = False
+        last_yield: Optional[float] = None
         try:
             while True:
                 if untracked:  # the loop asked for the next batch: the previous one is done
@@ -152,7 +153,8 @@ class PushSplitIterator:
                         reporter.add(ranges)
                     untracked = []
                 while not ended and pending_rows < batch_size:
-                    item = self._next_delivery(inbox, epoch, reporter)
+                    # The wait for the first batch is the execution's start, not a stall.
+                    item = self._next_delivery(inbox, epoch, reporter if last_yield is not None else None)
                     if item is None:
                         ended = True
                         break
@@ -201,14 +203,18 @@ class PushSplitIterator:
                     untracked.append(tuple(ranges))
                 if collate is not None:
                     batch = collate(batch)
+                now = time.monotonic()
+                if last_yield is not None:  # one step cycle: the loop's step and the wait after it
+                    reporter.step(now - last_yield)
+                last_yield = now
                 yield batch
                 del batch
                 # The loop asked for the next batch, so it is done with this one: its rows
-                # leave the window now. The batch in use counts in the window until then,
-                # so the rows pushed and not yet done with never pass the window by more
-                # than one block. (``for b in it`` rebinds ``b`` only after ``next``
-                # returns, so waiting for the release here would stall a window of one
-                # batch; the block's ref stays held until the release anyway.)
+                # leave the batch in use now, and the window's credit opens by a batch.
+                # (``for b in it`` rebinds ``b`` only after ``next`` returns, so waiting for
+                # the release here would hold the credit for the whole cut of the next
+                # batch; the block's ref stays held until the release anyway, and the
+                # executor's share counts what the windows hold past their reserve.)
                 reporter.take(ranges)
         finally:
             pending.clear()

@@ -37,16 +37,17 @@ class Arrival:
     """A split at the epoch barrier.
 
     Attributes:
-        target_rows: the consumer's window, ``prefetch_batches * batch_size`` rows (>= 1).
+        window_rows: the window the consumer asks for, rows ahead of the batch in use:
+            ``prefetch_batches * batch_size`` (>= ``batch_rows``).
+        batch_rows: the consumer's ``batch_size`` (>= 1): the batch in use, and an adaptive
+            window's floor and step.
         host: handle of the actor that hosts the split (blocks are pushed to it), or None
             when the consumer fetches its deliveries (it is not an actor).
-        batch_rows: the consumer's ``batch_size``: an adaptive window never drops below it
-            (0: unknown, the window is fixed at ``target_rows``).
     """
 
-    target_rows: int
+    window_rows: int
+    batch_rows: int
     host: Any = None
-    batch_rows: int = 0
 
 
 @dataclass(frozen=True)

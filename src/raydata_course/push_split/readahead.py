@@ -50,19 +50,21 @@ task that yields several blocks adds all of them past the cap: one more reason t
 files hold one batch each.
 
 With task slots free, the decode can run several tasks at once, and Ray Data admits each
-against its own per-operator budget, which may be oversubscribed by design; its believed
-usage then went past the budget the user set by the extra tasks' pending outputs. So the
-policy also refuses an operator a new task, while it has one running, when Ray Data's
-believed usage plus that task's pending output would pass the user's budget
-(:meth:`ReadAheadPolicy._task_fits_budget`). It leaves room for one more such output on top,
-``TRANSIENT_OUTPUTS`` of them: Ray Data counts every running task's whole pending output
-(``obj_store_mem_pending_task_outputs``: running tasks × the per-task estimate,
-``interfaces/op_runtime_metrics.py:836-858``) until the task ends, also once the task has
-yielded that output and the block counts among the operator's outputs, so each task's block is
-counted twice for a moment at its end. Admitting against the budget with no such room, one
-``make lab`` saw Ray Data's believed peak at 1.007 of the budget in the fast variant (median of
-three repeats, lazy free at its default; the highest, 1.037, with three decode tasks running);
-with it, two runs of the fast pair stayed at 0.79-0.95 in both lazy-free settings.
+against its own per-operator budget, which may be oversubscribed by design. So the policy also
+holds the executor to its *share* of the budget, in real bytes
+(:class:`~raydata_course.push_split.window.ExecutorShare`, which the coordinator's controller
+publishes: the budget less the consumers' reserve, one task output per operator and the lazily
+freed bytes): while an operator has a task running, it may start another only if the
+executor's blocks (every operator's referenced outputs, Ray Data's ``BlockRefCounter``, plus
+one output per running task; the windows' held blocks taken off) and that task's output fit the
+share (:meth:`ReadAheadPolicy._task_fits_budget`). An operator with no task running may always
+start one (liveness, as Ray Data's own allocator allows, ``resource_manager.py:823-862``), so
+the executor passes its share by at most one task output per operator, which the share keeps
+aside. Before the controller's first tick, or without a coordinator (the policy installed by
+hand), the guard uses Ray Data's believed usage against the budget the user set instead, with
+room for ``TRANSIENT_OUTPUTS`` more task outputs: Ray Data counts every running task's whole
+pending output (running tasks × the per-task estimate, ``op_runtime_metrics.py:836-858``) until
+the task ends, also once its block counts among the operator's outputs.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ AHEAD_RATIO = 2.0
 #: the budget guard keeps room for this many task outputs counted twice for a moment (a task
 #: that has yielded its output and not yet ended; see the module docstring)
 TRANSIENT_OUTPUTS = 1
+
+from raydata_course.push_split.ray_internals import op_task_bytes, published_share, real_usage_bytes
 
 try:  # Ray Data's internal interface; without it the cap is not installed
     from ray.data._internal.execution.backpressure_policy import BackpressurePolicy as _Base
@@ -110,8 +114,8 @@ def read_ahead_cap_bytes(in_flight_input_bytes: float, average_block_bytes: Opti
 
 class ReadAheadPolicy(_Base):
     """Ray Data backpressure policy: an operator whose outputs reach what its busy downstream
-    needs (:func:`read_ahead_cap_bytes`), or whose next task would take Ray Data's believed
-    usage past the user's budget while it has one running, takes no new input; its running
+    needs (:func:`read_ahead_cap_bytes`), or whose next task would not fit the executor's share
+    of the budget while it has one running, takes no new input; its running
     tasks' outputs are read in full unless ``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1`` (see the
     module docstring; Ray Data's liveness guard may still release an idle pipeline,
     ``streaming_executor_state.py:126-238``). A failure to read Ray Data's estimates never stops the
@@ -133,17 +137,22 @@ class ReadAheadPolicy(_Base):
         return cap, rm.get_mem_op_outputs(op, include_ineligible_downstream=True)
 
     def _task_fits_budget(self, op) -> bool:
-        """Whether one more task of ``op`` keeps Ray Data's believed usage within the budget the
-        user set (the context's ``resource_limits.object_store_memory``, not the executor's
-        lowered limit): its usage plus the task's pending output
+        """Whether one more task of ``op`` fits: with a published share, the executor's real
+        bytes plus the task's output within the share (:meth:`ExecutorShare.admits`);
+        without one, Ray Data's believed usage plus the task's pending output
         (``obj_store_mem_max_pending_output_per_task``), plus ``TRANSIENT_OUTPUTS`` more of
-        them (outputs Ray Data counts twice as their tasks end), at most the budget. An
-        operator with no task running may always start one (liveness, as Ray Data's own allocator allows,
-        ``resource_manager.py:823-862``); no finite budget, no guard."""
+        them, within the budget the user set. An operator with no task running may always
+        start one (liveness, as Ray Data's own allocator allows, ``resource_manager.py:823-862``);
+        no finite budget, no guard."""
+        if op.num_active_tasks() == 0:
+            return True
+        share = published_share(self._resource_manager)
+        if share is not None:
+            return share.admits(real_usage_bytes(self._resource_manager), op_task_bytes(op))
         ctx = getattr(self, "_data_context", None)
         budget = getattr(getattr(getattr(ctx, "execution_options", None), "resource_limits", None),
                          "object_store_memory", None)
-        if budget is None or not math.isfinite(budget) or budget <= 0 or op.num_active_tasks() == 0:
+        if budget is None or not math.isfinite(budget) or budget <= 0:
             return True
         per_task = op.metrics.obj_store_mem_max_pending_output_per_task or 0
         return self._resource_manager.get_global_usage().object_store_memory + \

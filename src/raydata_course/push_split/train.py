@@ -27,7 +27,8 @@ from typing import Dict, List, Optional
 
 from ray.train import DataConfig
 
-from raydata_course.push_split import DEFAULT_LIVENESS_INTERVAL_S, push_split
+from raydata_course.push_split import (DEFAULT_CONTROL_INTERVAL_S, DEFAULT_LIVENESS_INTERVAL_S, WINDOW_POLICIES,
+                                       push_split)
 
 __all__ = ["PushDataConfig"]
 
@@ -41,17 +42,29 @@ class PushDataConfig(DataConfig):
         execution_options: as in ``DataConfig``.
         enable_shard_locality: as in ``DataConfig``: pass the workers' node ids as
             locality hints.
-        liveness_interval_s, window, steer_on_store: see :func:`push_split`.
+        liveness_interval_s, window, steer_on_store, read_ahead_cap, idle_wait,
+            control_interval_s: passed to :func:`push_split` as they are (see there).
+
+    Raises:
+        ValueError: an option :func:`push_split` refuses (checked here, before Ray Train
+            starts its workers).
     """
 
     def __init__(self, datasets_to_split="all", execution_options=None, enable_shard_locality: bool = True,
                  liveness_interval_s: float = DEFAULT_LIVENESS_INTERVAL_S, window: str = "adaptive",
-                 steer_on_store: bool = False):
+                 steer_on_store: bool = False, read_ahead_cap: bool = True, idle_wait: bool = True,
+                 control_interval_s: float = DEFAULT_CONTROL_INTERVAL_S):
         super().__init__(datasets_to_split=datasets_to_split, execution_options=execution_options,
                          enable_shard_locality=enable_shard_locality)
-        self._liveness_interval_s = liveness_interval_s
-        self._window = window
-        self._steer_on_store = steer_on_store
+        if window not in WINDOW_POLICIES:
+            raise ValueError(f"window must be one of {WINDOW_POLICIES}, got {window!r}.")
+        if not control_interval_s > 0 or not liveness_interval_s > 0:
+            raise ValueError(f"control_interval_s and liveness_interval_s must be above 0 seconds, got "
+                             f"{control_interval_s!r} and {liveness_interval_s!r}.")
+        #: every option push_split takes, passed through as they are
+        self.push_options = {"liveness_interval_s": liveness_interval_s, "window": window,
+                             "steer_on_store": steer_on_store, "read_ahead_cap": read_ahead_cap,
+                             "idle_wait": idle_wait, "control_interval_s": control_interval_s}
 
     def configure(self, datasets: Dict[str, object], world_size: int, worker_handles: Optional[list],
                   worker_node_ids: Optional[list], **kwargs) -> List[Dict[str, object]]:
@@ -68,8 +81,7 @@ class PushDataConfig(DataConfig):
             ds.context.execution_options = self._resolve_execution_options(name)
             if name in to_split:
                 for rank, split in enumerate(push_split(ds, world_size, equal=True, locality_hints=hints,
-                                                        liveness_interval_s=self._liveness_interval_s,
-                                                        window=self._window, steer_on_store=self._steer_on_store)):
+                                                        **self.push_options)):
                     output[rank][name] = split
             else:
                 for rank in range(world_size):

@@ -1,132 +1,77 @@
-"""Budget-aware, adaptive windows for the push-based split: the control rule.
+"""Double-buffered windows and a budget in real bytes for the push split: the control rule.
 
-A consumer asks for ``prefetch_batches * batch_size`` rows in flight. With a fixed window,
-``n`` consumers hold ``n`` windows of blocks that Ray Data charges to its budget (the
-coordinator keeps their refs), so windows of 4 × 32 MiB for 2 consumers fill a 256 MiB
-budget by themselves: Ray Data then believes it is over budget all the time, its
-backpressure runs in liveness mode (``streaming_executor_state.py:197-211``: a task may
-start while a consumer waits) and every upstream operator keeps a task's output on top.
+A consumer that trains on a GPU wants its next batch *ready* when it finishes a step: a
+window that counts only batches ahead of the one in use, at least one, is a double buffer,
+and the next decode overlaps the current step. Each such window is bytes the budget must
+hold, so :class:`WindowController` reserves them explicitly and gives the executor the rest.
+It is pure Python (no Ray): the coordinator calls :meth:`~WindowController.tick` about every
+``control_interval_s`` with an :class:`Observation` and applies what it returns
+(:mod:`~raydata_course.push_split.control`).
 
-:class:`WindowController` sizes every split's window against the budget and adapts it to
-the consumer. It is pure Python (no Ray): the coordinator calls :meth:`~WindowController.tick`
-about every ``interval_s`` with an :class:`Observation` and applies the windows it returns.
+**Windows.** A split's window is the rows it may hold *ready*, beyond the batch its loop
+works on; the coordinator may push while ``window + batch - (pushed - consumed) > 0``
+(:meth:`~raydata_course.push_split.flow.SplitFlow.rows_to_send`). Its floor is one batch
+(a double buffer: one in use, one ready) and its ceiling what the consumer asked for,
+``prefetch_batches * batch_size`` rows ahead, as Ray's ``prefetch_batches`` counts.
 
-**The bound.** Let ``B`` be the object-store budget (Ray Data's global limit) and ``R``
-what the executor's operators need to keep running. ``R`` is measured: Ray Data's own
-estimate of the bytes one task of each operator leaves in its output buffer
-(``obj_store_mem_max_pending_output_per_task``, ``op_runtime_metrics.py:861-880``: the
-headroom an operator's budget must have before it may start a task,
-``resource_manager.py:823-862``), summed over operators, as a maximum that decays by
-``reserve_decay`` per tick; before Ray Data has an estimate, its believed usage minus the
-windows' bytes stands in. The windows' bytes must fit ``B - R``: the operators keep room for
-one task each, so Ray Data need not go over its budget to make progress. A window never
-drops below one batch (``batch_size`` rows): a consumer cannot finish a batch, and so cannot
-free anything, before it holds a whole one. When even one batch per consumer does not fit,
-the floor wins and the split logs it once.
+**The budget in real bytes.** With ``B`` the object-store budget the user set, the consumers'
+reserve ``W = sum over splits of (window + one batch) x bytes per row`` (2 batches each at
+the floor), and ``R`` one task's output per operator, summed (real bytes: what a task of each
+operator yields, ``bytes_task_outputs_generated / num_tasks_finished`` in Ray Data's
+``OpRuntimeMetrics``), the executor's *share* is
 
-**The executor's limit.** Ray Data itself goes over its limit by design: its allocator
-reserves every operator at least one task's pending output, and "object_store_memory can be
-oversubscribed" (``resource_manager.py:760-771``), so its believed usage runs up to about one
-task per operator over the limit it was given. The controller measures that overshoot
-(believed usage minus the executor's current limit, as a maximum that decays by
-``headroom_decay`` per tick while the executor holds anything, never below ``R``) as the
-*headroom* ``H``, and gives the executor
-``max(B - H, B * min_limit_fraction)`` as its limit (:attr:`WindowController.executor_limit_bytes`;
-the coordinator applies it only to a budget the user set, not to the limit Ray Data picks
-itself from the cluster's store), so that Ray Data's believed usage, overshoot included,
-stays near ``B``. The overshoot is not a constant, though: the windows and a running
-decode task stay whatever the limit, so the lower the limit, the larger the overshoot over
-it, and a headroom that only decays slowly ratchets the limit down to its floor, where the
-executor runs one task at a time and a fast consumer starves. So ``H`` decays by
-``room_decay`` per tick (fast) instead while all three hold: a consumer waited since the
-last tick, Ray Data's believed usage is at or over the executor's limit (the limit is what
-holds the executor back, so more limit buys output), and the believed usage plus
-``room_reserves`` (2) times ``R`` fits ``B`` (two more tasks per operator would not take Ray
-Data over the budget: one for the task the higher limit lets start, one for the overshoot
-that comes with it). A consumer that does not wait, or an executor near ``B``, keeps the
-slow decay, so the limit rises only where it buys throughput and the budget has room for
-it. The headroom carries
-over from one epoch's controller to the next (``headroom_bytes``). With ``steer_on_store``
-the limit also comes down by how far the object store's measured usage went over the budget
-(``store_bytes - B``; under push, with nothing else using the store, that excess is mostly
-blocks freed but not yet deleted by the raylet, which deletes in batches every
-``free_objects_period_milliseconds``, and Ray Data's accounting never sees them), measured as
-a maximum that decays by ``reserve_decay`` per tick (``lazy_bytes``, not carried to the next
-epoch): the limit is then ``max(B - H - L, B * min_limit_fraction)``, so that what the store
-really holds, not only what Ray Data counts, stays near ``B``; a store within the budget
-lowers nothing. The overshoot that makes ``H`` is measured against the limit without ``L``
-(Ray Data's usage lags a lowered limit; that lag is not its overshoot). This works only because
-the coordinator waits for the executor as a consumer only when its consumer runs short
-(``PushSplitCoordinator._await_output``): a sender that sat in Ray Data's output call
-whenever its window had credit kept the executor's liveness rule for waiting consumers on,
-and a lower limit then only starved the consumers.
+    ``E = max(B - max(W, held) - R - L, 0)``
 
-**The rule, each tick, per split** (windows in rows, one *step* = one batch):
+where ``held`` is what the windows hold right now (a batch consumed but not yet garbage
+collected can take them past ``W`` for a moment) and ``L``, with ``steer_on_store``, is how
+far the object store's measured usage went over ``B`` (the bytes the raylet freed but has not
+deleted yet, a decaying maximum): the lazy free is charged to the executor's share only, never
+to the consumers' reserve. The executor's operators may start a task while their real bytes
+plus that task's output fit ``E``; an operator with no task running may always start one
+(liveness), so the executor goes over ``E`` by at most one task output per operator, which
+``R`` holds (:class:`~raydata_course.push_split.readahead.ReadAheadPolicy`). Everything real,
+``W + E + R``, fits ``B``. Ray Data's own limit stays the budget the user set: nothing
+lowers it by an overshoot it believes.
 
-1. *Pressure* — Ray Data's believed usage is over ``B``, or (``steer_on_store``) the
-   object store's measured usage is: every window is halved (not below its floor). Halving
-   reacts within one tick to a pressure that costs memory now; the measured store is the
-   only signal that sees freed-but-not-yet-deleted bytes (the raylet frees in batches,
-   ``free_objects_period_milliseconds``), so steering on it makes the window pay for the
-   lazy free too.
-2. *Starved* — the consumer waited for data since the last tick (``waited_s >
-   wait_threshold_s``) and the bound has room for one more step: the window grows by one
-   step, up to what the consumer asked for. Growth is additive: it probes, and it happens
-   only where more buffering would have helped.
-3. *Slow* — for ``patience`` ticks the consumer has not waited and a whole batch sat ready
-   beyond the one in use (its blocks sit unconsumed): the window shrinks by one step, not
-   below its floor (after a halving it need not be a whole number of steps). Those blocks were buffered
-   for nothing; giving the bytes back lets a starved peer grow. A shrink is a probe: when
-   the consumer starves within ``patience`` ticks of it, the shrink was a mistake, and that
-   split's patience doubles (up to ``max_patience_ticks``), so a window that found its
-   size stays there and probes below it less and less often.
-4. *Over the bound* — when the windows' sum exceeds ``B - R`` (the need grew), the
-   largest windows shrink one step at a time until the sum fits or every window is at its
-   floor.
+**The rule, each tick, per split** (one *step* = one batch the consumer finished):
 
-Additive increase, multiplicative decrease is the rule TCP uses to share a link
-(Chiu & Jain, 1989): from any start, windows that grow by a constant and shrink by a
-factor converge to a fair share of the bound. Here growth is also gated on evidence (a
-wait), so a window settles at about the smallest size that keeps its consumer fed: a slow
-consumer oscillates between its floor and one step above it, a fast one grows until it
-stops waiting or meets the bound.
+1. *Over the bound* — the windows must leave the executor room: ``W + R <= B``. When it does
+   not hold (the bytes per row or ``R`` became known), the largest windows shrink one batch
+   at a time; when even the floor does not fit, the split says so once, with the numbers, and
+   stays at the floor: a double buffer per consumer, the executor running one task per
+   operator.
+2. *Stalled* — the consumer's stall fraction (seconds it waited ÷ seconds of its step cycles,
+   over its last ``stall_window_steps`` steps) is above ``stall_threshold``, and its window has
+   kept its size for ``min_steps`` steps: it grows one batch when ``W + 2R <= B`` still holds
+   after growing (the executor keeps room for one more task output per operator).
+3. *Idle* — two or more whole batches have sat ready for ``idle_steps`` of the consumer's
+   steps (seen ready at some tick of every one of them, so a tick right after a step, before
+   the next push lands, does not break the run): it shrinks one batch (not below the floor). A shrink that the consumer stalls after
+   within ``idle_steps`` steps was a mistake: that split's ``idle_steps`` doubles (up to
+   ``max_idle_steps``), so a window that found its size stays there.
+
+A steady consumer settles within a few steps and then changes its window rarely
+(``tests/test_push_window.py`` drives the rule with scripted consumers). One batch ready is
+the healthy double-buffered state, never a reason to shrink.
 
 Examples:
     >>> c = WindowController([SplitRequest(batch_rows=100, requested_rows=400)] * 2)
-    >>> c.windows_rows
-    [100, 100]
-    >>> starved = Observation(budget_bytes=1000, usage_bytes=300, operators_need_bytes=200, splits=[
-    ...     SplitState(bytes_per_row=1.0, held_bytes=100, waited_s=0.2, ready_rows=0)] * 2)
-    >>> c.tick(starved), c.tick(starved), c.tick(starved)
-    ([200, 200], [300, 300], [400, 400])
-    >>> over = Observation(budget_bytes=1000, usage_bytes=1100, operators_need_bytes=200, splits=[
-    ...     SplitState(bytes_per_row=1.0, held_bytes=400, waited_s=0.0, ready_rows=300)] * 2)
-    >>> c.tick(over), c.reserve_bytes, c.headroom_bytes, c.executor_limit_bytes
-    ([200, 200], 200.0, 200.0, 800)
+    >>> stalled = SplitState(bytes_per_row=1.0, held_bytes=200, ready_rows=0, steps=3, stall_fraction=0.3)
+    >>> c.tick(Observation(budget_bytes=2000, splits=[stalled] * 2, task_output_bytes=100))
+    [200, 200]
+    >>> c.reserve_bytes, c.executor_share_bytes
+    (600.0, 1300.0)
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["SplitRequest", "SplitState", "Observation", "WindowController", "WindowEvent", "executor_limit"]
+__all__ = ["SplitRequest", "SplitState", "Observation", "WindowController", "WindowEvent", "ExecutorShare"]
 
 logger = logging.getLogger(__name__)
-
-
-def executor_limit(budget_bytes: int, headroom_bytes: float, min_limit_fraction: float = 0.5) -> int:
-    """The object-store limit to give the executor so that its believed usage, with the
-    overshoot Ray Data allows itself (``headroom_bytes``), fits ``budget_bytes``:
-    ``max(B - H, B * min_limit_fraction)``, in bytes.
-
-    Examples:
-        >>> executor_limit(256, 62), executor_limit(256, 200), executor_limit(1, 5)
-        (194, 128, 1)
-    """
-    return int(max(budget_bytes - headroom_bytes, math.ceil(budget_bytes * min_limit_fraction)))
 
 
 @dataclass(frozen=True)
@@ -134,8 +79,9 @@ class SplitRequest:
     """What one consumer asked for.
 
     Attributes:
-        batch_rows: rows per batch (``batch_size``), the window's floor and its step.
-        requested_rows: ``prefetch_batches * batch_size``, the window's ceiling.
+        batch_rows: rows per batch (``batch_size``): the window's floor and its step.
+        requested_rows: ``prefetch_batches * batch_size``, rows ahead of the batch in use:
+            the window's ceiling.
     """
 
     batch_rows: int
@@ -149,17 +95,18 @@ class SplitState:
     Attributes:
         bytes_per_row: bytes per row of the blocks pushed to it so far (Ray Data's
             ``size_bytes``); None before its first block.
-        held_bytes: bytes of blocks whose refs the coordinator holds for it (charged to
-            Ray Data's budget through ``BlockRefCounter``).
-        waited_s: seconds its consumer waited with nothing to read since the last tick.
-        ready_rows: rows pushed to it and not yet consumed, beyond the batch in use (0 when
-            it holds one batch or less).
+        held_bytes: bytes of blocks whose refs the coordinator holds for it.
+        ready_rows: rows pushed and not yet consumed beyond the batch in use.
+        steps: steps (batches) its consumer finished this epoch.
+        stall_fraction: seconds its consumer waited ÷ seconds of its step cycles, over its
+            last steps; None before its first step.
     """
 
     bytes_per_row: Optional[float]
     held_bytes: int
-    waited_s: float
     ready_rows: int
+    steps: int = 0
+    stall_fraction: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -167,25 +114,54 @@ class Observation:
     """What the controller reads at a tick.
 
     Attributes:
-        budget_bytes: the executor's object-store budget (Ray Data's global limit); None when
-            unknown or unlimited (then only adaptation applies, no bound).
-        usage_bytes: Ray Data's believed object-store usage (global usage), windows included.
+        budget_bytes: the object-store budget the user set (Ray Data's limit); None when
+            unknown or unlimited (then windows follow the consumers with no bound).
         splits: one :class:`SplitState` per split, in split order.
-        store_bytes: the object store's measured usage (``ObjectStoreStats.
-            object_store_bytes_used``), or None when not sampled.
-        operators_need_bytes: Ray Data's estimate of one task's pending output, summed over
-            the executor's operators; None before it has one.
-        limit_bytes: the object-store limit the executor runs under now (what
-            :attr:`WindowController.executor_limit_bytes` set, or ``budget_bytes``); None when
-            not known.
+        task_output_bytes: one task's output per operator, summed, in real bytes; None before
+            any task finished.
+        store_bytes: the object store's measured usage, or None when not read this tick.
+        usage_bytes: Ray Data's believed usage (recorded, not steered on).
     """
 
     budget_bytes: Optional[int]
-    usage_bytes: int
     splits: list[SplitState]
+    task_output_bytes: Optional[int] = None
     store_bytes: Optional[int] = None
-    operators_need_bytes: Optional[int] = None
-    limit_bytes: Optional[int] = None
+    usage_bytes: int = 0
+
+
+@dataclass
+class ExecutorShare:
+    """The executor's share of the budget, in real bytes: what the controller sets at each
+    tick (``budget_bytes``, ``reserve_bytes`` ``W``, ``task_bytes`` ``R``, ``lazy_bytes`` ``L``)
+    and the coordinator keeps current between ticks (``held_bytes``, at every push and report).
+    The executor's backpressure policy reads it (:meth:`admits`).
+
+    Examples:
+        >>> share = ExecutorShare(budget_bytes=256, reserve_bytes=128, task_bytes=40, held_bytes=100)
+        >>> share.executor_bytes(), share.admits(real_usage_bytes=150, task_bytes=32)
+        (88.0, True)
+        >>> share.held_bytes = 140  # a consumed batch not yet collected: past the reserve
+        >>> share.executor_bytes(), share.admits(real_usage_bytes=200, task_bytes=32)
+        (76.0, False)
+    """
+
+    budget_bytes: float
+    reserve_bytes: float = 0.0
+    task_bytes: float = 0.0
+    lazy_bytes: float = 0.0
+    held_bytes: float = 0.0
+
+    def executor_bytes(self) -> float:
+        """``E = max(B - max(W, held) - R - L, 0)`` (bytes)."""
+        return max(self.budget_bytes - max(self.reserve_bytes, self.held_bytes) - self.task_bytes - self.lazy_bytes,
+                   0.0)
+
+    def admits(self, real_usage_bytes: float, task_bytes: float) -> bool:
+        """Whether one more task whose output is ``task_bytes`` fits the executor's share, with
+        the executor's blocks really holding ``real_usage_bytes`` (the windows' held bytes
+        included: they are taken off here)."""
+        return real_usage_bytes - self.held_bytes + task_bytes <= self.executor_bytes()
 
 
 @dataclass(frozen=True)
@@ -204,43 +180,27 @@ class WindowController:
 
     Args:
         requests: one :class:`SplitRequest` per split.
-        steer_on_store: treat a measured object-store usage over the budget as pressure,
-            and lower the executor's limit by how far it went over.
-        wait_threshold_s: a consumer that waited longer than this since the last tick
-            counts as starved (seconds).
-        patience_ticks: ticks without a wait, a batch ready, before a window shrinks (the
-            starting patience of every split).
-        max_patience_ticks: the most a split's patience grows to after shrinks that
-            starved it.
-        reserve_decay: per-tick factor by which the remembered operator need, and the
-            remembered lazily freed bytes, decay (0.98 at 10 Hz forgets half in about 3.5 s).
-        headroom_decay: per-tick factor by which the headroom decays while the executor holds
-            anything and the fast ``room_decay`` does not apply (0.9998 at 10 Hz forgets half
-            in about 6 minutes: the overshoot is Ray Data's structure, about one task per
-            operator, and comes back in short spikes that a 10 Hz tick catches only now and
-            then).
-        room_decay: per-tick factor by which the headroom decays while a consumer starves,
-            the executor is at its limit and the budget has room (0.98 at 10 Hz: half in about
-            3.5 s; see the module docstring).
-        room_reserves: how many times the operators' need ``R`` Ray Data's believed usage
-            must leave free under ``B`` for the fast decay.
-        headroom_bytes: the headroom ``H`` to start from (the previous epoch's
-            :attr:`headroom_bytes`), in bytes.
-        min_limit_fraction: the executor's limit never goes below this fraction of the budget.
+        steer_on_store: charge how far the measured store went over the budget to the
+            executor's share.
+        stall_threshold: a stall fraction above this grows a window (0.02: 2 % of the steps'
+            time spent waiting).
+        stall_window_steps: how many of a consumer's last steps its stall fraction covers.
+        min_steps: steps a window keeps its size before a stall may grow it again.
+        idle_steps: steps with two or more batches ready before a window shrinks (the
+            starting value of every split).
+        max_idle_steps: the most a split's ``idle_steps`` grows to after shrinks that stalled it.
+        lazy_decay: per-tick factor by which the remembered lazily freed bytes decay.
 
     Attributes:
-        windows_rows: the current window of each split, in rows.
-        reserve_bytes: the operators' measured need ``R`` (decaying maximum), in bytes.
-        lazy_bytes: with ``steer_on_store``, how far the store's measured usage went over the
-            budget, ``L`` (decaying maximum; a tick without a reading only decays it), in bytes.
-        headroom_bytes: how far Ray Data's believed usage went over the executor's limit without
-            the lazy term (decaying maximum, at least ``R``), in bytes.
-        executor_limit_bytes: the object-store limit the executor should run under,
-            ``max(B - H - L, B * min_limit_fraction)``; None while the budget is unknown.
+        windows_rows: the current window of each split, rows ahead of the batch in use.
+        reserve_bytes: the consumers' reserve ``W`` (bytes).
+        task_bytes: one task output per operator, ``R`` (the largest seen, bytes).
+        lazy_bytes: ``L``, with ``steer_on_store`` (bytes).
+        executor_share_bytes: ``E``; None while the budget is unknown.
         events: every window change (:class:`WindowEvent`).
         warnings: the messages this controller logged.
-        warned: kinds of warning already logged (pass one set to several controllers, one
-            per epoch, to log each kind once per split group).
+        warned: kinds of warning already logged (one set for several controllers, one per
+            epoch, logs each kind once per split group).
 
     Raises:
         ValueError: no splits, or a request with ``batch_rows < 1`` or
@@ -249,25 +209,25 @@ class WindowController:
 
     requests: list[SplitRequest]
     steer_on_store: bool = False
-    wait_threshold_s: float = 0.002
-    patience_ticks: int = 5
-    max_patience_ticks: int = 80
-    reserve_decay: float = 0.98
-    headroom_decay: float = 0.9998
-    room_decay: float = 0.98
-    room_reserves: float = 2.0
-    headroom_bytes: float = 0.0
-    min_limit_fraction: float = 0.5
+    stall_threshold: float = 0.02
+    stall_window_steps: int = 8
+    min_steps: int = 3
+    idle_steps: int = 4
+    max_idle_steps: int = 64
+    lazy_decay: float = 0.98
     windows_rows: list[int] = field(init=False)
-    executor_limit_bytes: Optional[int] = field(init=False, default=None)
     reserve_bytes: float = field(init=False, default=0.0)
+    task_bytes: float = field(init=False, default=0.0)
     lazy_bytes: float = field(init=False, default=0.0)
+    executor_share_bytes: Optional[float] = field(init=False, default=None)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(init=False, default_factory=list)
-    _calm: list[int] = field(init=False)
-    _patience: list[int] = field(init=False)
-    _since_shrink: list[Optional[int]] = field(init=False)
+    _changed_at: list[int] = field(init=False)
+    _idle_since: list[Optional[int]] = field(init=False)
+    _idle_seen: list[int] = field(init=False)
+    _idle_steps: list[int] = field(init=False)
+    _shrunk_at: list[Optional[int]] = field(init=False)
     _ticks: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -277,14 +237,16 @@ class WindowController:
             if r.batch_rows < 1 or r.requested_rows < r.batch_rows:
                 raise ValueError(f"split {i}: a window needs batch_rows >= 1 and requested_rows >= batch_rows, "
                                  f"got {r!r}.")
-        # Start at the floor: the first waits grow each window within a few ticks.
-        self.windows_rows = [r.batch_rows for r in self.requests]
-        self._calm = [0] * len(self.requests)
-        self._patience = [self.patience_ticks] * len(self.requests)
-        self._since_shrink = [None] * len(self.requests)
+        n = len(self.requests)
+        self.windows_rows = [r.batch_rows for r in self.requests]  # the floor: a double buffer
+        self._changed_at = [0] * n
+        self._idle_since = [None] * n
+        self._idle_seen = [0] * n
+        self._idle_steps = [self.idle_steps] * n
+        self._shrunk_at = [None] * n
 
     def tick(self, obs: Observation) -> list[int]:
-        """Apply one step of the rule; returns every split's window in rows.
+        """Apply one step of the rule; returns every split's window in rows ahead.
 
         Raises:
             ValueError: ``obs.splits`` does not have one state per split.
@@ -292,108 +254,92 @@ class WindowController:
         if len(obs.splits) != len(self.requests):
             raise ValueError(f"expected {len(self.requests)} split states, got {len(obs.splits)}.")
         self._ticks += 1
-        held = sum(s.held_bytes for s in obs.splits)
-        need = obs.operators_need_bytes if obs.operators_need_bytes is not None else max(obs.usage_bytes - held, 0)
-        self.reserve_bytes = max(float(need), self.reserve_bytes * self.reserve_decay)
-        limit = obs.limit_bytes if obs.limit_bytes is not None else obs.budget_bytes
-        if limit is not None and obs.budget_bytes is not None:
-            # Measured against the limit the headroom alone sets: a limit lowered for the lazy
-            # free is one Ray Data's usage lags behind, and that lag is not its overshoot.
-            limit = max(limit, executor_limit(obs.budget_bytes, self.headroom_bytes, self.min_limit_fraction))
-        overshoot = 0.0 if limit is None else float(obs.usage_bytes - limit)
-        starved = any(s.waited_s > self.wait_threshold_s for s in obs.splits)
-        held_back = limit is not None and obs.usage_bytes >= limit
-        room = obs.budget_bytes is not None and \
-            obs.usage_bytes + self.room_reserves * self.reserve_bytes <= obs.budget_bytes
-        if obs.usage_bytes <= 0:
-            decay = 1.0
-        elif starved and held_back and room:
-            decay = self.room_decay  # the limit is what starves a consumer, and the budget has room
-        else:
-            decay = self.headroom_decay
-        kept = self.headroom_bytes * decay
-        self.headroom_bytes = max(overshoot, kept, self.reserve_bytes)
-        lazy = 0.0
+        self.task_bytes = max(self.task_bytes, float(obs.task_output_bytes or 0))
         if self.steer_on_store and obs.store_bytes is not None and obs.budget_bytes is not None:
-            lazy = float(max(obs.store_bytes - obs.budget_bytes, 0))
-        self.lazy_bytes = max(lazy, self.lazy_bytes * self.reserve_decay)
-        if obs.budget_bytes is not None:
-            self.executor_limit_bytes = self.limit_for(obs.budget_bytes)
-        bound = None if obs.budget_bytes is None else obs.budget_bytes - self.reserve_bytes
-        pressure = obs.budget_bytes is not None and (
-            obs.usage_bytes > obs.budget_bytes
-            or (self.steer_on_store and obs.store_bytes is not None and obs.store_bytes > obs.budget_bytes))
+            self.lazy_bytes = max(float(max(obs.store_bytes - obs.budget_bytes, 0)), self.lazy_bytes * self.lazy_decay)
+        else:
+            self.lazy_bytes *= self.lazy_decay
+        budget = obs.budget_bytes
         for i, (req, s) in enumerate(zip(self.requests, obs.splits)):
-            if self._since_shrink[i] is not None:
-                self._since_shrink[i] += 1
-                if self._since_shrink[i] > self._patience[i]:
-                    self._since_shrink[i] = None  # the probe held: the smaller window suffices
-            if pressure:
-                self._set(i, max(req.batch_rows, self.windows_rows[i] // 2), "pressure")
-                self._calm[i] = 0
-            elif s.waited_s > self.wait_threshold_s:
-                self._calm[i] = 0
-                if self._since_shrink[i] is not None:  # the last shrink starved it: back off
-                    self._patience[i] = min(2 * self._patience[i], self.max_patience_ticks)
-                    self._since_shrink[i] = None
+            stalled = s.stall_fraction is not None and s.stall_fraction > self.stall_threshold
+            if stalled:
+                self._idle_since[i] = None
+                shrunk = self._shrunk_at[i]
+                if shrunk is not None and s.steps - shrunk <= self._idle_steps[i]:  # the shrink starved it
+                    self._idle_steps[i] = min(2 * self._idle_steps[i], self.max_idle_steps)
+                    self._shrunk_at[i] = None
                 grown = min(req.requested_rows, self.windows_rows[i] + req.batch_rows)
-                if grown > self.windows_rows[i] and self._fits(obs, bound, i, grown):
-                    self._set(i, grown, "starved")
-            elif s.ready_rows >= req.batch_rows:
-                self._calm[i] += 1
-                if self._calm[i] >= self._patience[i] and self.windows_rows[i] > req.batch_rows:
-                    self._calm[i] = 0
-                    self._since_shrink[i] = 0
-                    self._set(i, max(req.batch_rows, self.windows_rows[i] - req.batch_rows), "slow")
-        if bound is not None:
-            self._enforce(obs, bound)
+                if grown > self.windows_rows[i] and s.steps - self._changed_at[i] >= self.min_steps and \
+                        self._room(obs, i, grown):
+                    self._set(i, grown, s.steps, "stalled")
+            elif s.ready_rows >= 2 * req.batch_rows:
+                self._idle_seen[i] = s.steps
+                if self._idle_since[i] is None:
+                    self._idle_since[i] = s.steps
+                elif s.steps - self._idle_since[i] >= self._idle_steps[i] and self.windows_rows[i] > req.batch_rows:
+                    self._set(i, max(req.batch_rows, self.windows_rows[i] - req.batch_rows), s.steps, "idle")
+                    self._shrunk_at[i] = s.steps
+                    self._idle_since[i] = None
+            elif self._idle_since[i] is not None and s.steps - self._idle_seen[i] > 1:
+                # a whole step with fewer than two batches ready: the run is broken (a tick
+                # right after a step, before the next push lands, does not break it)
+                self._idle_since[i] = None
+        if budget is not None:
+            self._enforce(obs, budget)
+        self.reserve_bytes = self._reserve(obs, self.windows_rows)
+        if budget is not None:
+            held = float(sum(s.held_bytes for s in obs.splits))
+            self.executor_share_bytes = max(budget - max(self.reserve_bytes, held) - self.task_bytes - self.lazy_bytes,
+                                            0.0)
         return list(self.windows_rows)
-
-    def limit_for(self, budget_bytes: int) -> int:
-        """The executor's object-store limit for a budget of ``budget_bytes`` at the current
-        headroom and lazily freed bytes (:func:`executor_limit` of ``H + L``), in bytes."""
-        return executor_limit(budget_bytes, self.headroom_bytes + self.lazy_bytes, self.min_limit_fraction)
 
     # ------------------------------------------------------------------ helpers
 
-    def _bytes(self, obs: Observation, windows: list[int]) -> float:
-        """The windows' bytes, at each split's bytes per row (a split with no block yet
-        counts at the mean of the others, or 0)."""
+    def _reserve(self, obs: Observation, windows: list[int]) -> float:
+        """``W`` for these windows: each split's window plus its batch in use, at its bytes per
+        row (a split with no block yet counts at the mean of the others, or 0)."""
         known = [s.bytes_per_row for s in obs.splits if s.bytes_per_row]
         default = sum(known) / len(known) if known else 0.0
-        return sum(rows * (s.bytes_per_row or default) for rows, s in zip(windows, obs.splits))
+        return sum((rows + req.batch_rows) * (s.bytes_per_row or default)
+                   for rows, req, s in zip(windows, self.requests, obs.splits))
 
-    def _fits(self, obs: Observation, bound: Optional[float], i: int, rows: int) -> bool:
-        if bound is None:
+    def _room(self, obs: Observation, i: int, rows: int) -> bool:
+        """Whether split ``i`` may grow to ``rows``: ``W + 2R <= B`` after it (no budget: yes)."""
+        if obs.budget_bytes is None:
             return True
         trial = list(self.windows_rows)
         trial[i] = rows
-        return self._bytes(obs, trial) <= bound
+        return self._reserve(obs, trial) + 2 * self.task_bytes <= obs.budget_bytes
 
-    def _enforce(self, obs: Observation, bound: float) -> None:
-        """Shrink the largest windows, one step at a time, until their bytes fit ``bound``."""
-        while self._bytes(obs, self.windows_rows) > bound:
+    def _enforce(self, obs: Observation, budget: int) -> None:
+        """Shrink the largest windows, one batch at a time, until ``W + R <= B``."""
+        steps = [s.steps for s in obs.splits]
+        while self._reserve(obs, self.windows_rows) + self.task_bytes > budget:
             room = [(self.windows_rows[i] - r.batch_rows, i) for i, r in enumerate(self.requests)
                     if self.windows_rows[i] > r.batch_rows]
             if not room:
+                floor = self._reserve(obs, [r.batch_rows for r in self.requests])
                 self._warn_once("floor", (
-                    f"push split: one batch per consumer ({self._bytes(obs, [r.batch_rows for r in self.requests]) / 2**20:.0f} "
-                    f"MiB for {len(self.requests)} consumers) does not fit the object-store budget minus what the "
-                    f"executor's operators need ({bound / 2**20:.0f} MiB): the windows stay at one batch and the "
-                    "store will go over the budget; raise the budget or lower batch_size."))
+                    f"push split: the budget ({budget / 2**20:.0f} MiB) cannot hold the consumers' double buffers "
+                    f"(one batch in use and one ready for each of {len(self.requests)} consumers, "
+                    f"{floor / 2**20:.0f} MiB) plus one task output per operator ({self.task_bytes / 2**20:.0f} MiB): "
+                    "the windows stay at one batch ahead and the executor runs one task per operator at a time, "
+                    "so the store goes over the budget; raise the budget or lower batch_size."))
                 return
             _, i = max(room)
-            self._set(i, max(self.requests[i].batch_rows, self.windows_rows[i] - self.requests[i].batch_rows), "bound")
-        asked = self._bytes(obs, [r.requested_rows for r in self.requests])
-        if asked > bound and any(s.bytes_per_row for s in obs.splits):
+            self._set(i, max(self.requests[i].batch_rows, self.windows_rows[i] - self.requests[i].batch_rows),
+                      steps[i], "bound")
+        asked = self._reserve(obs, [r.requested_rows for r in self.requests])
+        if asked + self.task_bytes > budget and any(s.bytes_per_row for s in obs.splits):
             self._warn_once("asked", (
-                f"push split: prefetch_batches x batch_size asks for {asked / 2**20:.0f} MiB in flight over "
-                f"{len(self.requests)} consumers, but the budget leaves {bound / 2**20:.0f} MiB after what the "
-                "executor's operators need: the windows are kept smaller than asked."))
+                f"push split: prefetch_batches x batch_size asks for {asked / 2**20:.0f} MiB ready or in use over "
+                f"{len(self.requests)} consumers, but the budget leaves {(budget - self.task_bytes) / 2**20:.0f} MiB "
+                "after one task output per operator: the windows are kept smaller than asked."))
 
-    def _set(self, i: int, rows: int, why: str) -> None:
+    def _set(self, i: int, rows: int, step: int, why: str) -> None:
         if rows != self.windows_rows[i]:
             self.windows_rows[i] = rows
+            self._changed_at[i] = step
             self.events.append(WindowEvent(self._ticks, i, rows, why))
 
     def _warn_once(self, kind: str, message: str) -> None:
