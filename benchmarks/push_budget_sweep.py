@@ -11,8 +11,8 @@ overage the lab reproduces), so a push that needed more decoded stock than the b
 allows would gain mid-run throughput as its budget grows.
 
 For each push budget it prints, as medians over epochs and rounds: push / pull throughput,
-overall and mid-run (:func:`raydata_course.lab.targets.push_targets`, as ``make lab`` checks
-them), each split's rate before the mid-run window (the first batch's wait included) and its wait
+overall and mid-run, and the production rate after the first batch as ``make lab`` checks it
+(:func:`raydata_course.lab.targets.push_targets`), each split's rate before the mid-run window (the first batch's wait included) and its wait
 for the first batch, the store's usage as that window opens
 (the stock each split had decoded ahead), push's peak and Ray Data's believed peak over
 push's own budget, push's training step and its wait per batch. Each round takes about 3
@@ -45,14 +45,19 @@ def figures(pull: list[RunResult], push: list[RunResult]) -> dict:
     renamed = [dataclasses.replace(r, variant="train-fast-push") for r in push]
     checks = {c["target"]: c["value"] for c in push_targets(pull + renamed, 0)}
 
+    def ratio(attr):
+        base = med(getattr(r, attr) for r in pull)
+        return med(getattr(r, attr) for r in push) / base if base else float("nan")
+
     def recorded(runs, attr, scale=1.0):
         value = median_recorded(runs, attr)
         return float("nan") if value is None else value / scale
 
     return {
         "budget_mib": push[0].budget_bytes / MiB,
-        "overall": checks["push / pull throughput, overall >="],
-        "midrun": checks["push / pull throughput, mid-run >="],
+        "overall": ratio("overall_batches_per_s"),
+        "midrun": ratio("midrun_batches_per_s"),
+        "production": checks.get("push / pull production rate after the first batch >=", float("nan")),
         "early_pull": recorded(pull, "early_batches_per_s"), "early_push": recorded(push, "early_batches_per_s"),
         "stock_pull_mib": recorded(pull, "midrun_start_store_bytes", MiB),
         "stock_push_mib": recorded(push, "midrun_start_store_bytes", MiB),

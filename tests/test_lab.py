@@ -229,16 +229,20 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
     assert cpu == sorted(cpu) and 0 < cpu[-1] < 60 and _loop_cpu_s(samples) == round(cpu[-1], 3), cpu
 
 
-def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0):
+def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0,
+            live_mib=None, stall=None, production=None, first_s=0.0):
     from raydata_course.lab.epoch import RunResult
 
     return RunResult(
-        variant=variant, repeat=0, config={"step_delay_s": delay, "consumers": consumers, "batch_rows": batch_rows},
+        variant=variant, repeat=0, config={"step_delay_s": delay, "consumers": consumers, "batch_rows": batch_rows,
+                                           "batch_bytes": 32 * MiB},
+        live_peak_bytes=None if live_mib is None else int(live_mib * MiB), stall_fraction=stall,
+        production_batches_per_s=production,
         peak_bytes=int(peak_mib * MiB), budget_bytes=256 * MiB, overage_bytes=int((peak_mib - 256) * MiB),
         believed_peak_bytes=int(believed_mib * MiB), hidden_peak_bytes=0, hidden_batches_per_consumer=0.0, unaccounted_at_peak_bytes=0,
         predicted_hidden_bytes=0, predicted_hidden_batches=0, hidden_range_batches=(0, 0), upstream_hidden_batches=0,
         realization=0.0, spilled_bytes=0, rows=0, batches=0, consume_s=1.0, rows_per_s=0.0, batches_per_s=0.0,
-        step_s_median=0.0, wait_s_median=0.0, first_batch_s=0.0, wall_s=1.0, total_wall_s=1.0,
+        step_s_median=0.0, wait_s_median=0.0, first_batch_s=first_s, wall_s=1.0, total_wall_s=1.0,
         overall_batches_per_s=overall, midrun_batches_per_s=midrun, split="push" if variant.endswith("-push") else "pull")
 
 
@@ -269,81 +273,69 @@ def test_the_budget_sweep_benchmark_compares_each_push_budget_with_pull():
         bench.main(["--budgets", "32"])
 
 
-def test_push_targets_per_setting_and_throughput_ratios():
+def test_push_targets_mean_what_a_gpu_user_means():
+    """Consumer-bound: push's stall fraction D at most max(2 %, pull's + 1 point); producer-bound:
+    push's production rate after the first batch at least 0.95 x pull's and its first batch no
+    later; every variant: push's peak without the freed-but-not-yet-deleted bytes at most 1.05 x
+    the budget, with the lazy free on the whole peak at most the budget plus a second of
+    consumption, and pull's peak at least 1.5 x the budget."""
     from raydata_course.lab.report import format_push_targets, push_targets
 
-    runs = [_result("train-slow", peak_mib=500), _result("train-slow-push", peak_mib=1.04 * 256, believed_mib=250),
-            _result("train-fast", peak_mib=600, overall=10, midrun=12, delay=0.0),
-            _result("train-fast-push", peak_mib=300, overall=9.6, midrun=11.0, delay=0.0, believed_mib=257)]
-    checks = {(c["variant"], c["target"]): c for c in push_targets(runs, 0)}
-    assert checks[("train-slow", "push peak / budget <=")]["met"]
-    assert checks[("train-slow", "push peak / budget <=")]["bound"] == 1.05
-    assert checks[("train-slow", "pull peak / budget >=")]["value"] == pytest.approx(500 / 256)
-    assert checks[("train-fast", "push / pull throughput, overall >=")]["met"]  # 0.96
-    assert not checks[("train-fast", "push / pull throughput, mid-run >=")]["met"]  # 0.917
-    assert checks[("train-slow", "push: Ray Data's believed peak / budget <=")]["met"]
-    assert not checks[("train-fast", "push: Ray Data's believed peak / budget <=")]["met"]  # 257 MiB
-    # with the lazy free at its default: a looser peak bound, and no pull check
+    runs = [_result("train-slow", peak_mib=500, stall=0.0), _result("train-slow-push", peak_mib=300, live_mib=260,
+                                                                    stall=0.015, overall=3.0),
+            _result("train-fast", peak_mib=600, delay=0.0, production=4.0, first_s=3.0),
+            _result("train-fast-push", peak_mib=300, delay=0.0, live_mib=280, production=3.9, first_s=2.0)]
+    free0 = {(c["variant"], c["target"]): c for c in push_targets(runs, 0)}
+    d = free0[("train-slow", "push stall fraction D <=")]
+    assert d["met"] and d["bound"] == 0.02 and d["value"] == 0.015
+    assert free0[("train-slow", "push peak without freed-not-deleted / budget <=")]["met"]  # 260 / 256
+    assert not free0[("train-fast", "push peak without freed-not-deleted / budget <=")]["met"]  # 280 / 256
+    assert free0[("train-fast", "push / pull production rate after the first batch >=")]["value"] == \
+        pytest.approx(3.9 / 4.0)
+    first = free0[("train-fast", "push first batch s <=")]
+    assert first["met"] and first["bound"] == 3.0
+    assert free0[("train-slow", "pull peak / budget >=")]["value"] == pytest.approx(500 / 256)
+    assert not any("lazy free" in t for _, t in free0)
+    # with the lazy free at its default: the whole peak within the budget plus 1 s of consumption
     lazy = {(c["variant"], c["target"]): c for c in push_targets(runs, None)}
-    assert lazy[("train-slow", "push peak / budget <=")]["bound"] == 1.25
-    assert ("train-slow", "pull peak / budget >=") not in lazy
-    over = push_targets([_result("train-slow", peak_mib=300), _result("train-slow-push", peak_mib=1.06 * 256)], 0)
-    assert [c["met"] for c in over] == [False, False, True]
-    table = markdown_rows(format_push_targets(over))
-    assert [r[4] for r in table[1:]] == ["MISSED", "MISSED", "met"] and table[1][3] == "<= 1.05"
+    bound = lazy[("train-slow", "push peak / budget (lazy free: budget + consumption rate x 1 s) <=")]
+    assert bound["bound"] == pytest.approx(1 + 3.0 * 32 / 256) and bound["met"]  # 300 <= 256 + 96
+    # a pull that stalls more lifts push's bound to its D + 1 point; a push over it says where it waited
+    stalled = push_targets([_result("train-slow", peak_mib=500, stall=0.05),
+                            _result("train-slow-push", peak_mib=250, live_mib=250, stall=0.07)], 0)
+    assert [c["met"] for c in stalled] == [False, True, True] and stalled[0]["bound"] == pytest.approx(0.06)
+    assert stalled[0]["where"].startswith("D: pull 0.050, push 0.070; wait per batch")
+    rows = markdown_rows(format_push_targets(stalled))
+    assert [r[4] for r in rows[1:]] == ["MISSED", "met", "met"] and rows[1][5] == stalled[0]["where"]
     # a missed peak says which bytes push held at the store's fullest sample, by holder
-    slow_push = _result("train-slow-push", peak_mib=351)
+    slow_push = _result("train-slow-push", peak_mib=351, live_mib=300, stall=0.0)
     slow_push.peak_breakdown.update(executor_bytes=159 * MiB, coordinator_bytes=64 * MiB,
                                     pinned_unreferenced_bytes=0, freed_not_deleted_bytes=128 * MiB)
-    missed = push_targets([_result("train-slow", peak_mib=850), slow_push], None)[0]
+    missed = [c for c in push_targets([_result("train-slow", peak_mib=850, stall=0.0), slow_push], 0)
+              if c["target"].startswith("push peak")][0]
     assert not missed["met"] and missed["where"] == \
         "executor 159 / windows 64 / pinned without a ref 0 / freed, not deleted 128"
-    assert markdown_rows(format_push_targets([missed]))[1][5] == missed["where"]
-    # a missed throughput says what each split had decoded ahead when the mid-run window
-    # opened, and how long its consumers waited per batch; with the epoch's size known, what
-    # push would need decoded ahead for the mid-run target: 2 x 12 batches of 32 MiB in the
-    # window, 24 / 7.6 s at 0.95 x pull's 8 b/s, of which push makes at most 5 b/s
-    fast_pull = _result("train-fast", peak_mib=600, delay=0.0, overall=4.0, midrun=8.0)
-    fast_pull.midrun_start_store_bytes, fast_pull.wait_s_median = 640 * MiB, 0.001
-    fast_push = _result("train-fast-push", peak_mib=300, delay=0.0, overall=3.6, midrun=5.0)
-    fast_push.midrun_start_store_bytes, fast_push.wait_s_median = 200 * MiB, 0.12
-    rate = {c["target"]: c for c in push_targets([fast_pull, fast_push], 0)}
-    assert not rate["push / pull throughput, mid-run >="]["met"] and rate["push / pull throughput, mid-run >="]["where"] == \
-        "at mid-run start: pull 640, push 200 stored; wait per batch: pull 0.001 s, push 0.120 s"
-    # with the rates before the window: pull ran slow early (its producer ran ahead) and fast mid-run
-    fast_pull.early_batches_per_s, fast_push.early_batches_per_s = 2.0, 3.25
-    assert push_targets([fast_pull, fast_push], 0)[0]["where"].endswith(
-        "push 0.120 s; before the window: pull 2.00 b/s, push 3.25 b/s, the first batch after pull 0.00 s, push 0.00 s")
-    fast_push.early_batches_per_s = None  # results from before the early rate existed: not said
-    assert "before the window" not in push_targets([fast_pull, fast_push], 0)[0]["where"]
-    fast_push.config["batches_per_consumer"] = 20
-    assert push_targets([fast_pull, fast_push], 0)[0]["where"].endswith(
-        "; for 0.95 x pull's mid-run rate push needs >= 263 decoded ahead as the window opens (1.03 x the budget)")
-    rows = markdown_rows(format_push_targets(list(rate.values())))
-    assert [r[5] for r in rows[1:] if r[4] == "MISSED"] == [rate["push / pull throughput, overall >="]["where"]] * 2
-    assert all(r[5] == "" for r in rows[1:] if r[4] == "met")
+    # results without a live peak cannot meet the target (nothing invented)
+    unknown = [c for c in push_targets([_result("train-slow", peak_mib=850, stall=0.0),
+                                        _result("train-slow-push", peak_mib=200, stall=0.0)], 0)
+               if c["target"].startswith("push peak")][0]
+    assert not unknown["met"] and unknown["where"] == "not recorded"
     # a value just under a bound is shown with the digits that tell it from the bound
-    close = push_targets([_result("train-fast", peak_mib=600, delay=0.0, overall=4.0),
-                          _result("train-fast-push", peak_mib=300, delay=0.0, overall=3.7998)], 0)
+    close = push_targets([_result("train-fast", peak_mib=600, delay=0.0, production=4.0),
+                          _result("train-fast-push", peak_mib=300, delay=0.0, production=3.7998, live_mib=250)], 0)
     assert markdown_rows(format_push_targets(close))[1][2:5] == ["0.9499", ">= 0.95", "MISSED"]
-    # results written before these figures existed say so instead of inventing zeros
-    fast_pull.midrun_start_store_bytes = fast_push.midrun_start_store_bytes = None
-    assert push_targets([fast_pull, fast_push], 0)[0]["where"].startswith("at mid-run start: pull n/a, push n/a")
-    assert push_targets([_result("train-slow", peak_mib=850), _result("train-slow-push", peak_mib=351)],
-                        None)[0]["where"] == "not recorded"
-    # a missed believed-usage target says where Ray Data's bytes sat at its peak (the repeat
-    # with the highest), operator by operator
-    spike = _result("train-fast-push", peak_mib=300, delay=0.0, believed_mib=531)
-    spike.peak_breakdown["believed_operators"] = [
-        {"operator": "ReadFilesParquetV2", "bytes": 383 * MiB, "pending_bytes": 255 * MiB, "tasks": 1},
-        {"operator": "MapBatches", "bytes": 148 * MiB, "pending_bytes": 0, "tasks": 0}]
-    low = _result("train-fast-push", peak_mib=300, delay=0.0, believed_mib=300)
-    low.peak_breakdown["believed_operators"] = [{"operator": "MapBatches", "bytes": 300 * MiB, "pending_bytes": 0}]
-    believed = [c for c in push_targets([_result("train-fast", peak_mib=600, delay=0.0), spike, low], 0)
-                if c["target"].startswith("push: Ray Data's")]
-    assert believed[0]["where"] == "ReadFilesParquetV2 383 (255 pending) / MapBatches 148"
-    assert markdown_rows(format_push_targets(believed))[1][5] == believed[0]["where"]
     assert push_targets([_result("driver-slow", peak_mib=400)]) == [] and format_push_targets([]) == ""
+
+
+def test_the_stall_fraction_takes_the_slowest_rank_per_step_after_the_first_batch():
+    from raydata_course.lab.epoch import production_batches_per_s, stall_fraction
+
+    fed = {"t_start_wall_s": 10.0, "wait_s": [2.0, 0.0, 0.0, 0.0], "batch_t_s": [2.6, 3.2, 3.8, 4.4]}
+    late = {"t_start_wall_s": 10.0, "wait_s": [2.5, 0.3, 0.0, 0.3], "batch_t_s": [3.1, 4.0, 4.6, 5.5]}
+    assert stall_fraction([fed]) == 0.0
+    assert stall_fraction([fed, late]) == pytest.approx(0.6 / (5.5 - 2.5))  # from the later first batch
+    assert production_batches_per_s([fed]) == pytest.approx(3 / (4.4 - 2.0))
+    assert stall_fraction([{"t_start_wall_s": 0.0, "wait_s": [1.0], "batch_t_s": [1.5]}]) is None
 
 
 def test_quick_check_names_each_thing_the_quick_lab_did_not_reproduce():
@@ -488,7 +480,7 @@ def test_the_run_s_generation_per_operator_and_mid_run_steps():
 def test_the_step_timer_records_a_step_s_cpu_apart_from_its_wait():
     """A step's CPU seconds (all the process's threads) are recorded beside its wall time, so
     a step that sleeps or waits for a core reads longer than its CPU."""
-    from raydata_course.lab.workload import _StepTimer
+    from raydata_course.lab.steps import StepTimer
 
     def step():
         deadline = time.process_time() + 0.02
@@ -497,7 +489,7 @@ def test_the_step_timer_records_a_step_s_cpu_apart_from_its_wait():
         time.sleep(0.2)
         return "done"
 
-    timer = _StepTimer("cpu")
+    timer = StepTimer("cpu")
     assert timer.run(step) == "done"
     (wall,), (cpu,) = timer.step_s, timer.step_cpu_s
     assert wall >= 0.2 and 0.02 <= cpu < wall - 0.1, (wall, cpu)
@@ -508,9 +500,10 @@ def test_the_push_table_gives_medians_ratios_and_the_executor_loop_cpu():
 
     from raydata_course.lab.report import format_push_table
 
-    runs = [replace(_result("train-fast", peak_mib=p, overall=2.0, midrun=4.0), loop_cpu_s=cpu, repeat=i)
-            for i, (p, cpu) in enumerate([(300, 1.0), (320, 1.5), (310, 9.0)])]
-    runs += [replace(_result("train-fast-push", peak_mib=260, overall=1.9, midrun=3.0), loop_cpu_s=None, repeat=0)]
+    runs = [replace(_result("train-fast", peak_mib=p, overall=2.0, production=4.0, stall=0.1), loop_cpu_s=cpu,
+                    repeat=i) for i, (p, cpu) in enumerate([(300, 1.0), (320, 1.5), (310, 9.0)])]
+    runs += [replace(_result("train-fast-push", peak_mib=260, overall=1.9, production=3.0, live_mib=200, stall=0.02),
+                     loop_cpu_s=None, repeat=0)]
     table = format_push_table(runs, free_objects_period_ms=0)
     header, _, pull, push = [line for line in table.splitlines() if line.startswith("|")]
     cells = {split: dict(zip([c.strip() for c in header.strip("|").split("|")],
@@ -518,7 +511,9 @@ def test_the_push_table_gives_medians_ratios_and_the_executor_loop_cpu():
     assert cells["pull"]["peak MiB (median, min-max)"] == "310 (300-320)"
     assert cells["pull"]["executor loop CPU s"] == "1.50"  # the median of 1.0, 1.5, 9.0
     assert cells["push"]["executor loop CPU s"] == "n/a"  # not recorded in these results
-    assert cells["push"]["push/pull overall"] == "0.95" and cells["push"]["push/pull mid-run"] == "0.75"
+    assert cells["push"]["push/pull after first batch"] == "0.75" and cells["push"]["stall D"] == "0.020"
+    assert cells["push"]["peak without freed-not-deleted / budget"] == "0.78"
+    assert cells["pull"]["peak without freed-not-deleted / budget"] == "n/a"  # not recorded
     assert cells["push"]["push peak / pull peak"] == "0.84"
     assert "free_objects_period_milliseconds=0" in table
     assert format_push_table(runs[:3]) == ""  # no push twin: no table

@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     results, wall = [], {}
     facts = inspect_consumer_pipeline()
     task_s: dict = {}
+    rates: dict = {}
     results = _run_variants(LabSession, out, variants, wall, system_config=None, warm_up=not args.quick,
-                            deadline=deadline, task_s=task_s)
+                            deadline=deadline, task_s=task_s, rates=None if args.quick else rates)
     push_results = {None: results}
     if push and any(v.split == "push" for v in variants):
         train_variants = [v for v in variants if v.mode == "train"]
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
         "machine": platform.machine(), "cpus": os.cpu_count(), "quick": args.quick,
         "pipeline": facts.__dict__, "variant_wall_s": wall, "total_wall_s": round(time.perf_counter() - t0, 1),
-        "task_s": task_s,
+        "task_s": task_s, "producer_vs_consumers": rates,
         "probe_cost": results[0].probe_cost if results else {},
     }
     save_results(results, rows, out, meta)
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm_up: bool,
-                  deadline: float | None = None, task_s: dict | None = None) -> list:
+                  deadline: float | None = None, task_s: dict | None = None, rates: dict | None = None) -> list:
     """Run ``variants`` on one fresh local cluster started with ``system_config``; start no
     variant after ``deadline`` (a ``time.perf_counter()`` value), saying which were skipped;
     an empty ``task_s`` dict is filled first with
@@ -209,13 +210,23 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
         if task_s is not None and not task_s:
             task_s.update(lab.time_tasks(variants[0]))
             print(f"[lab] one block's tasks, alone on the cluster (s): {json.dumps(task_s)}", flush=True)
+        bound = next((v for v in variants if v.mode == "train" and v.gpu_step_s > 0), None)
+        if rates is not None and not rates and bound is not None:
+            # The consumer-bound variant stands for a GPU job only if its producer outruns it.
+            rates.update(lab.producer_rate(bound.with_(epochs=1)))
+            rates["consumers_at_most_batches_per_s"] = round(bound.consumers / bound.gpu_step_s, 3)
+            verdict = "outruns" if rates["producer_batches_per_s"] > rates["consumers_at_most_batches_per_s"] \
+                else "does NOT outrun"
+            print(f"[lab] {bound.name}: the producer alone makes {rates['producer_batches_per_s']:.2f} batches/s; "
+                  f"{bound.consumers} consumers at {bound.gpu_step_s} s of GPU stand-in per step take at most "
+                  f"{rates['consumers_at_most_batches_per_s']:.2f} batches/s: the producer {verdict} them", flush=True)
         for config in variants:
             if deadline is not None and time.perf_counter() > deadline:
                 print(f"[lab]{setting} past the deadline: skipped {config.name}", flush=True)
                 continue
             print(f"[lab]{setting} {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "
                   f"{config.batch_bytes / MiB:.1f} MiB batches, {config.batches_per_consumer} batches x "
-                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step ...", flush=True)
+                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step, GPU stand-in {config.gpu_step_s} s/step ...", flush=True)
             t = time.perf_counter()
             runs = lab.run(config)
             wall[config.name] = round(time.perf_counter() - t, 1)

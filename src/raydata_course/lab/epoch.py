@@ -37,6 +37,10 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
 - ``timeline["op_tasks"]``: at each probe sample, each operator's running tasks (upstream
   first, named in ``timeline["operators"]``): how many decode tasks the executor could run
   at once, and which operators held task slots;
+- ``stall_fraction`` (the job-level ``D`` a GPU user means: the time the slowest rank waited
+  for its batch, over the steps after the first batch, over the wall time), the production
+  rate after the first batch, and ``live_peak_bytes``, the store's peak without the bytes freed
+  but not yet deleted;
 - ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
   over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
   process that runs it, which shares the machine with the consumers.
@@ -54,7 +58,7 @@ from typing import Optional
 from raydata_course.lab.buffer_model import hidden_batches
 from raydata_course.lab.workload import LabConfig
 
-__all__ = ["RunResult", "measure_epoch"]
+__all__ = ["RunResult", "measure_epoch", "stall_fraction", "production_batches_per_s"]
 
 
 @dataclass
@@ -106,6 +110,13 @@ class RunResult:
     probe_cost: dict = field(default_factory=dict)
     timeline: dict = field(default_factory=dict)
     loop_cpu_s: Optional[float] = None  # the executor's scheduling thread, CPU seconds (None: not recorded)
+    #: the job-level stall fraction D (:func:`stall_fraction`); None when not recorded
+    stall_fraction: Optional[float] = None
+    #: batches per second after each consumer's first batch, summed (:func:`production_batches_per_s`)
+    production_batches_per_s: Optional[float] = None
+    #: the store's peak without the bytes freed but not yet deleted: referenced + pinned, at
+    #: the classified samples (bytes)
+    live_peak_bytes: Optional[int] = None
 
 
 def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
@@ -196,6 +207,11 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         "window_t_s": [round(t, 3) for t in window_t],
         "windows_rows": [w["windows_rows"] for w in windows],
         "window_held_bytes": [w["held_bytes"] for w in windows],
+        # each consumer's wait for each batch, at the batch's arrival (seconds since the run started)
+        "waits": [{"t_s": [round(c["t_start_wall_s"] - t_wall0 + (c["batch_t_s"][k - 1] if k else 0.0) + w, 3)
+                           for k, w in enumerate(c["wait_s"][:len(c["batch_t_s"])])],
+                   "wait_s": [round(w, 4) for w in c["wait_s"][:len(c["batch_t_s"])]]}
+                  for c in sorted(consumers, key=lambda c: c.get("rank", 0)) if c.get("batch_t_s")],
     }
     return RunResult(
         variant=config.name, repeat=repeat, config=config.as_dict(),
@@ -225,7 +241,56 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         probe_cost=probe_cost, timeline=timeline,
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
+        stall_fraction=stall_fraction(consumers), production_batches_per_s=production_batches_per_s(consumers),
+        live_peak_bytes=max((s.referenced_bytes + (s.pinned_unreferenced_bytes or 0) for s in classified), default=None),
     )
+
+
+def _first_and_end_wall_s(c: dict) -> tuple[float, float]:
+    """When consumer ``c`` got its first batch and finished its last step (``time.time()``)."""
+    return c["t_start_wall_s"] + c["wait_s"][0], c["t_start_wall_s"] + c["batch_t_s"][-1]
+
+
+def stall_fraction(consumers: list[dict]) -> Optional[float]:
+    """The job-level stall fraction ``D``: over the steps after every rank's first batch, the
+    sum of the longest wait for a batch across ranks (steps aligned by index: a data-parallel
+    step waits for its slowest rank), over the wall time from the last rank's first batch to
+    the last rank's last step. The wait for the first batch is the execution's start, the same
+    for every split design, and is reported apart (``first_batch_s``). None without two steps.
+
+    Examples:
+        >>> a = {"t_start_wall_s": 0.0, "wait_s": [1.0, 0.0, 0.5, 0.0], "batch_t_s": [2.0, 3.0, 4.5, 5.5]}
+        >>> b = {"t_start_wall_s": 0.0, "wait_s": [1.5, 0.2, 0.0, 0.0], "batch_t_s": [2.5, 3.7, 4.7, 5.7]}
+        >>> round(stall_fraction([a, b]), 3)  # (0.2 + 0.5 + 0.0) over 5.7 - 1.5 s
+        0.167
+    """
+    ranks = [c for c in consumers if len(c.get("wait_s", [])) >= 2 and len(c.get("batch_t_s", [])) >= 2]
+    if not ranks:
+        return None
+    steps = min(len(c["wait_s"]) for c in ranks)
+    waited = sum(max(c["wait_s"][k] for c in ranks) for k in range(1, steps))
+    first = max(_first_and_end_wall_s(c)[0] for c in ranks)
+    end = max(_first_and_end_wall_s(c)[1] for c in ranks)
+    return waited / (end - first) if end > first else None
+
+
+def production_batches_per_s(consumers: list[dict]) -> Optional[float]:
+    """The rate at which the split delivered after each consumer's first batch: per consumer,
+    its batches after the first over the time from that first batch to its last step, summed
+    over consumers (batches per second). In a producer-bound run it is the producer's rate.
+    None without two steps.
+
+    Examples:
+        >>> production_batches_per_s([{"t_start_wall_s": 0.0, "wait_s": [1.0, 0, 0], "batch_t_s": [2.0, 3.0, 4.0]}])
+        0.6666666666666666
+    """
+    rates = []
+    for c in consumers:
+        if len(c.get("wait_s", [])) >= 2 and len(c.get("batch_t_s", [])) >= 2:
+            first, end = _first_and_end_wall_s(c)
+            if end > first:
+                rates.append((len(c["batch_t_s"]) - 1) / (end - first))
+    return sum(rates) if rates else None
 
 
 def _generation_per_operator(probe_samples: list[dict]) -> dict[str, dict]:

@@ -18,7 +18,7 @@ read / decode task seconds   ``meta["task_s"]``: one block's tasks timed alone o
                              and the run's own seconds per block (``operator_generation``)
 step seconds, delay          the run's median train step inside the mid-run window (the stretch
                              the throughput is compared on; the whole epoch's median for runs that
-                             lack it); ``config.step_delay_s``
+                             lack it); ``config.step_delay_s`` plus ``config.gpu_step_s``
 task slots, cores            ``num_cpus`` less the Train workers' CPUs; ``meta["cpus"]``
 lazy-free period             1 s (Ray's default), or 0 where the run set it off
 format cap                   ``meta["pipeline"]["format_cap"]``
@@ -111,7 +111,8 @@ def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: f
                    Operator("decode", task_s[f"decode_block{kind}"], int(config["batch_bytes"]))],
         budget_bytes=int(budget_bytes), split=config.get("split", "pull"), consumers=config["consumers"],
         batches_per_consumer=config["batches_per_consumer"], prefetch_batches=config["prefetch_batches"],
-        format_cap=format_cap, step_s=step_s, delay_s=config["step_delay_s"], task_slots=max(1, slots),
+        format_cap=format_cap, step_s=step_s, delay_s=config["step_delay_s"] + config.get("gpu_step_s", 0.0),
+        task_slots=max(1, slots),
         cores=cores, free_period_s=free_period_s)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from raydata_course.units import MiB
 
-__all__ = ["plot_timeline", "plot_breakdown", "plot_memory_split", "plot_windows", "plot_pull_vs_push"]
+__all__ = ["plot_timeline", "plot_breakdown", "plot_memory_split", "plot_windows", "plot_waits", "plot_pull_vs_push"]
 
 
 def plot_timeline(result: dict, path: str | Path | None = None, ax=None):
@@ -151,9 +151,28 @@ def plot_windows(result: dict, ax):
     return ax
 
 
+def plot_waits(result: dict, ax, label: str = ""):
+    """Each consumer's wait for each batch over one run, at the batch's arrival, on the same
+    time axis as the memory timeline (from ``timeline["waits"]``; nothing for older results).
+
+    Returns:
+        The axes.
+    """
+    for i, rank in enumerate(result.get("timeline", {}).get("waits") or []):
+        ax.vlines(rank["t_s"], 0, rank["wait_s"], colors=f"C{i}", linewidth=1.5, label=f"consumer {i}")
+    stall = result.get("stall_fraction")
+    ax.set_title(f"{label or result['variant']}: each consumer's wait per batch"
+                 + ("" if stall is None else f" (stall fraction D = {stall:.3f})"), fontsize=9)
+    ax.set_ylabel("wait s")
+    ax.set_xlabel("seconds since the run started")
+    ax.legend(loc="upper right", fontsize=7)
+    return ax
+
+
 def plot_pull_vs_push(pull: dict, push: dict, path: str | Path | None = None):
     """Pull and push timelines side by side, on one memory scale (see
-    :func:`plot_memory_split`), and under them the push split's windows
+    :func:`plot_memory_split`), under each its consumers' waits per batch on the same time
+    axis (:func:`plot_waits`), and at the bottom the push split's windows
     (:func:`plot_windows`) when the push run recorded them.
 
     Returns:
@@ -162,15 +181,19 @@ def plot_pull_vs_push(pull: dict, push: dict, path: str | Path | None = None):
     import matplotlib.pyplot as plt
 
     has_windows = bool(push.get("timeline", {}).get("windows_rows"))
-    fig = plt.figure(figsize=(13, 7 if has_windows else 4))
-    grid = fig.add_gridspec(2 if has_windows else 1, 2, height_ratios=[3, 2] if has_windows else [1])
+    rows = 3 if has_windows else 2
+    fig = plt.figure(figsize=(13, 9 if has_windows else 6))
+    grid = fig.add_gridspec(rows, 2, height_ratios=[3, 1.4, 2][:rows])
     left = fig.add_subplot(grid[0, 0])
     right = fig.add_subplot(grid[0, 1], sharey=left)
     plot_memory_split(pull, left)
     plot_memory_split(push, right)
     right.legend(loc="upper right", fontsize=7)
+    wait_left = fig.add_subplot(grid[1, 0], sharex=left)
+    plot_waits(pull, wait_left, "pull")
+    plot_waits(push, fig.add_subplot(grid[1, 1], sharex=right, sharey=wait_left), "push")
     if has_windows:
-        plot_windows(push, fig.add_subplot(grid[1, :]))
+        plot_windows(push, fig.add_subplot(grid[2, :]))
     if path is not None:
         fig.tight_layout()
         fig.savefig(path, dpi=110)

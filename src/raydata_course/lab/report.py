@@ -21,17 +21,18 @@ from pathlib import Path
 from typing import Any, Optional
 
 from raydata_course.lab.epoch import RunResult
-from raydata_course.lab.targets import (PUSH_PEAK_MAX_FREE0, PUSH_PEAK_MAX_LAZY, PUSH_PULL_OVERAGE_MIN,
-                                        PUSH_THROUGHPUT_MIN, _mib, believed_where, format_push_targets,
+from raydata_course.lab.targets import (LAZY_FREE_PERIOD_S, PUSH_LIVE_PEAK_MAX, PUSH_PULL_OVERAGE_MIN,
+                                        PUSH_STALL_FLOOR, PUSH_STALL_MARGIN, PUSH_THROUGHPUT_MIN, _mib,
+                                        believed_where, format_push_targets, median_recorded,
                                         midrun_stock_needed_bytes, peak_where, pull_push_pairs, push_targets,
-                                        rate_where)
+                                        rate_where, stall_where)
 from raydata_course.tables import markdown_table
 from raydata_course.units import MiB
 
 __all__ = ["summarize", "format_table", "HIDDEN_VS_MODEL_RANGE", "quick_check", "pull_push_pairs",
-           "format_push_table", "PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "PUSH_PEAK_MAX_FREE0",
-           "PUSH_PEAK_MAX_LAZY", "push_targets", "format_gpu_table",
-           "believed_where", "peak_where", "rate_where", "midrun_stock_needed_bytes", "format_push_targets",
+           "format_push_table", "PUSH_PULL_OVERAGE_MIN", "PUSH_THROUGHPUT_MIN", "PUSH_LIVE_PEAK_MAX",
+           "PUSH_STALL_FLOOR", "PUSH_STALL_MARGIN", "LAZY_FREE_PERIOD_S", "push_targets", "format_gpu_table",
+           "believed_where", "peak_where", "rate_where", "stall_where", "midrun_stock_needed_bytes", "format_push_targets",
            "format_versions_table", "load_results", "save_results"]
 
 
@@ -49,6 +50,7 @@ def summarize(results: list[RunResult]) -> list[dict[str, Any]]:
             "consumers": first.config["consumers"],
             "batch_bytes": first.config["batch_bytes"],
             "step_delay_s": first.config["step_delay_s"],
+            "gpu_step_s": first.config.get("gpu_step_s", 0.0),
             "budget_bytes": med([r.budget_bytes for r in runs]),
             "peak_bytes_median": med(peaks),
             "peak_bytes_min": min(peaks),
@@ -103,7 +105,8 @@ HIDDEN_VS_MODEL_RANGE = (0.75, 1.34)
 def quick_check(rows: list[dict[str, Any]]) -> list[str]:
     """What the quick lab must reproduce, checked on :func:`summarize` rows of pull variants.
 
-    For every slow variant (``step_delay_s > 0``; push variants and fast ones are skipped):
+    For every slow variant (``step_delay_s > 0`` or ``gpu_step_s > 0``; push variants and fast
+    ones are skipped):
     the peak is above the budget (``overage_bytes > 0``); at least one hidden batch per
     consumer was measured; the hidden batches per consumer lie in the buffer model's range
     (:func:`raydata_course.lab.buffer_model.hidden_batches`, plus or minus half a batch);
@@ -114,7 +117,7 @@ def quick_check(rows: list[dict[str, Any]]) -> list[str]:
     """
     problems = []
     for r in rows:
-        if r["variant"].endswith("-push") or not r["step_delay_s"] > 0:
+        if r["variant"].endswith("-push") or not (r["step_delay_s"] > 0 or r.get("gpu_step_s", 0) > 0):
             continue
         name, hidden = r["variant"], r["hidden_batches_per_consumer"]
         low, high = r["hidden_range_batches"]
@@ -136,13 +139,14 @@ def quick_check(rows: list[dict[str, Any]]) -> list[str]:
 def format_push_table(results: list[RunResult], free_objects_period_ms: Optional[int] = None) -> str:
     """Pull against push, per Train variant, from one cluster setting's runs.
 
-    For each variant ``X`` with a ``X-push`` twin: medians over repeats of peak / budget,
-    overage, the bytes of the store's largest classified sample split into referenced by the
-    executor / referenced by the push split's windows (the coordinator's refs) /
-    pinned-unreferenced / freed-not-deleted,
-    push's peak as a fraction of pull's, push / pull throughput (overall and mid-run
-    batches/s), and where a consumer's time went: its training step and its wait for the
-    next batch (medians, seconds). A slower step under push with no more waiting is CPU the
+    For each variant ``X`` with a ``X-push`` twin: medians over repeats of peak / budget, the
+    peak without the freed-but-not-yet-deleted bytes over the budget, the bytes of the store's
+    largest classified sample split into referenced by the executor / referenced by the push
+    split's windows (the coordinator's refs) / pinned-unreferenced / freed-not-deleted,
+    push's peak as a fraction of pull's, throughput (overall, and after each consumer's first
+    batch, batches/s, with push over pull), the job-level stall fraction ``D``
+    (:func:`~raydata_course.lab.epoch.stall_fraction`), the first batch's wait, and where a
+    consumer's time went: its training step and its wait for the next batch (medians, seconds). A slower step under push with no more waiting is CPU the
     producer takes while the consumers train, instead of before (pull's hidden buffers let
     the producer run ahead). Then the CPU seconds the executor's scheduling thread used per
     epoch (median; ``RunResult.loop_cpu_s``): Ray Data's loop shares the cores with the
@@ -154,10 +158,11 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     med = statistics.median
     setting = ("default lazy free (1000 ms)" if free_objects_period_ms is None
                else f"free_objects_period_milliseconds={free_objects_period_ms}")
-    headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget", "overage MiB",
+    headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget",
+               "peak without freed-not-deleted / budget",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
-               "mid-run b/s", "push/pull overall", "push/pull mid-run", "step / wait s (median)",
-               "executor loop CPU s", "run s"]
+               "after first batch b/s", "push/pull after first batch", "stall D", "first batch s",
+               "step / wait s (median)", "executor loop CPU s", "run s"]
     body = []
     names = pull_push_pairs(results)
     for name in names:
@@ -174,7 +179,10 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                 "pin": med([r.peak_breakdown.get("pinned_unreferenced_bytes", 0) for r in runs]),
                 "freed": med([r.peak_breakdown.get("freed_not_deleted_bytes", 0) for r in runs]),
                 "overall": med([r.overall_batches_per_s for r in runs]),
-                "midrun": med([r.midrun_batches_per_s for r in runs]),
+                "production": median_recorded(runs, "production_batches_per_s") or 0.0,
+                "stall": median_recorded(runs, "stall_fraction"),
+                "live": median_recorded([r for r in runs if r.live_peak_bytes is not None], "live_peak_bytes"),
+                "first": med([r.first_batch_s for r in runs]),
                 "step": med([r.step_s_median for r in runs]), "wait": med([r.wait_s_median for r in runs]),
                 "loop": [r.loop_cpu_s for r in runs if r.loop_cpu_s is not None],
             }
@@ -182,19 +190,20 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
         for split, r in rows.items():
             is_push = split == "push"
             ratio = f"{push['peak'] / pull['peak']:.2f}" if is_push and pull["peak"] else ""
-            both = is_push and pull["overall"] and pull["midrun"]
+            both = is_push and pull["production"]
             body.append([name, split, len(r["runs"]), _mib(r["budget"]),
                          f"{_mib(r['peak'])} ({_mib(r['min'])}-{_mib(r['max'])})", f"{r['peak'] / r['budget']:.2f}",
-                         _mib(r["overage"]), f"{_mib(r['ref'])} / {_mib(r['win']) if is_push else '-'} / {_mib(r['pin'])} / {_mib(r['freed'])}", ratio,
-                         f"{r['overall']:.2f}", f"{r['midrun']:.2f}",
-                         f"{push['overall'] / pull['overall']:.2f}" if both else "",
-                         f"{push['midrun'] / pull['midrun']:.2f}" if both else "",
+                         "n/a" if r["live"] is None else f"{r['live'] / r['budget']:.2f}",
+                         f"{_mib(r['ref'])} / {_mib(r['win']) if is_push else '-'} / {_mib(r['pin'])} / {_mib(r['freed'])}", ratio,
+                         f"{r['overall']:.2f}", f"{r['production']:.2f}",
+                         f"{push['production'] / pull['production']:.2f}" if both else "",
+                         "n/a" if r["stall"] is None else f"{r['stall']:.3f}", f"{r['first']:.2f}",
                          f"{r['step']:.3f} / {r['wait']:.3f}",
                          f"{med(r['loop']):.2f}" if r["loop"] else "n/a",
                          ", ".join(f"{x.wall_s:.1f}" for x in r["runs"])])
     if not names:
         return ""
-    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrlrl")
+    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrrlrl")
 
 
 def format_gpu_table(results: list[RunResult]) -> str:

@@ -112,6 +112,34 @@ class LabSession:
         path = sorted(self.data_dir(config).glob("part-*.parquet"))[0]
         return ray.get(ray.remote(num_cpus=1)(_time_block_tasks).remote(str(path), config.batch_rows, repeats))
 
+    def producer_rate(self, config: LabConfig) -> dict[str, float]:
+        """The producer alone: drain ``config``'s dataset in the driver under its budget with no
+        training, as fast as it comes (``iter_batches``, one epoch).
+
+        Returns:
+            ``{"producer_batches_per_s", "first_batch_s", "batches"}``: batches per second after
+            the first batch, the seconds to the first batch, and the batches drained.
+        """
+        import ray.data
+
+        from raydata_course.lab.workload import build_dataset
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
+            object_store_memory=config.budget_bytes)
+        ds = build_dataset(config, self.data_dir(config))
+        t0 = time.perf_counter()
+        first, batches = None, 0
+        for _ in ds.iter_batches(batch_size=config.batch_rows, batch_format="numpy",
+                                 prefetch_batches=config.prefetch_batches):
+            batches += 1
+            if first is None:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        rate = (batches - 1) / (end - first) if first is not None and end > first else 0.0
+        return {"producer_batches_per_s": round(rate, 3), "first_batch_s": round((first or end) - t0, 3),
+                "batches": batches}
+
     def run(self, config: LabConfig) -> list[RunResult]:
         """Run one variant (``config.epochs`` epochs) and measure each epoch as a repeat."""
         import ray

@@ -10,7 +10,14 @@ from __future__ import annotations
 from raydata_course.lab.workload import ROW_BYTES, LabConfig
 from raydata_course.units import MiB
 
-__all__ = ["variants_for"]
+__all__ = ["variants_for", "GPU_STEP_S", "CPU_STEP_ROWS"]
+
+#: the consumer-bound Train variant's GPU stand-in: seconds of pure wait per step
+#: (``LabConfig.gpu_step_s``), long enough that the producer alone outruns two consumers on
+#: two cores (``make lab`` prints both rates)
+GPU_STEP_S = 0.6
+#: ... and the rows of each batch its real training step runs on (a CPU part of a few ms)
+CPU_STEP_ROWS = 8
 
 
 def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig]:
@@ -21,6 +28,9 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
     fresh execution, measured as one repeat). GPU: 96 MiB batches (a batch must stay one
     block, under the 128 MiB ``target_max_block_size``), real host-to-device copies, a 1 GiB
     budget in an 8 GiB store, one DDP (NCCL) worker per GPU (NCCL allows one rank per GPU).
+    ``driver-slow`` sleeps 0.25 s after each real step; ``train-slow`` stands for a GPU job:
+    each step is ``GPU_STEP_S`` of pure wait (a CUDA kernel on a GPU) and a real step on
+    ``CPU_STEP_ROWS`` rows; the fast variants train on whole batches with no wait.
     ``quick`` keeps only the slow variants, one epoch of 12 (driver) or 8 (Train) batches.
     ``push`` adds, after each Train variant, the same variant sharded by the push-based
     split (``<name>-push``).
@@ -39,7 +49,9 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
     slow, fast = 0.25, 0.0
     variants = [
         base.with_(name="driver-slow", mode="driver", consumers=1, step_delay_s=slow),
-        base.with_(name="train-slow", mode="train", consumers=train_consumers, step_delay_s=slow),
+        # consumer-bound, a GPU job: each step is a pure wait of GPU_STEP_S and a tiny CPU part
+        base.with_(name="train-slow", mode="train", consumers=train_consumers, step_delay_s=0.0,
+                   gpu_step_s=GPU_STEP_S, cpu_step_rows=CPU_STEP_ROWS),
     ]
     if not quick:
         variants += [

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from raydata_course.lab.steps import StepTimer, gpu_wait
 from raydata_course.units import MiB
 
 __all__ = [
@@ -78,7 +79,13 @@ class LabConfig:
         batch_rows: rows per batch and per block.
         batches_per_consumer: batches each consumer trains on.
         prefetch_batches: ``prefetch_batches`` of ``iter_torch_batches``.
-        step_delay_s: extra seconds per training step; > 0 makes a slow consumer.
+        step_delay_s: extra seconds per training step, a sleep after the real step; > 0 makes
+            a slow consumer whose step still takes CPU (the driver variants).
+        gpu_step_s: the GPU stand-in: seconds per step that are a pure wait, a sleep on the
+            CPU or a CUDA kernel that keeps the device busy that long (:func:`gpu_wait`); with
+            ``cpu_step_rows`` the step's CPU part is tiny, so on two cores the producer has the
+            CPU it would have beside a real GPU (the consumer-bound Train variant).
+        cpu_step_rows: train the real step on only this many rows of each batch (0: all).
         budget_bytes: Ray Data's object-store limit
             (``DataContext.execution_options.resource_limits.object_store_memory``).
         object_store_bytes: size of the object store of the lab's local cluster.
@@ -105,6 +112,8 @@ class LabConfig:
     batches_per_consumer: int = 32
     prefetch_batches: int = 4
     step_delay_s: float = 0.25
+    gpu_step_s: float = 0.0
+    cpu_step_rows: int = 0
     budget_bytes: int = 256 * MiB
     object_store_bytes: int = 2048 * MiB
     num_cpus: int = 4
@@ -127,6 +136,9 @@ class LabConfig:
         if self.batch_rows * ROW_BYTES > 120 * MiB:
             raise ValueError("a batch must stay under Ray Data's 128 MiB target_max_block_size "
                              f"to remain one block; {self.batch_rows} rows is {self.batch_bytes / MiB:.0f} MiB.")
+        if self.gpu_step_s < 0 or self.cpu_step_rows < 0 or self.step_delay_s < 0:
+            raise ValueError("step_delay_s, gpu_step_s and cpu_step_rows must be >= 0, got "
+                             f"{self.step_delay_s}, {self.gpu_step_s}, {self.cpu_step_rows}.")
         for field_name in ("batches_per_consumer", "batch_rows", "consumers", "epochs"):
             if getattr(self, field_name) < 1:
                 raise ValueError(f"{field_name} must be at least 1, got {getattr(self, field_name)}.")
@@ -274,58 +286,7 @@ def train_step(model, optimizer, batch: dict, device) -> float:
     return float(loss.detach())
 
 
-class _StepTimer:
-    """Times train steps: CUDA events on a GPU (device-side time), perf_counter on CPU; on
-    a GPU it also makes and times each batch's host-to-device copy (:meth:`to_device`)."""
-
-    def __init__(self, device):
-        import torch
-
-        self.cuda = getattr(device, "type", str(device)) == "cuda"
-        self.device = device
-        self.torch = torch
-        self.step_s: list[float] = []
-        self.step_cpu_s: list[float] = []
-        self.wait_s: list[float] = []
-        self.h2d_s: list[float] = []
-        self.h2d_bytes: list[int] = []
-
-    def to_device(self, batch: dict) -> dict:
-        """Copy a batch of CPU tensors to the GPU, timed with CUDA events (seconds and bytes
-        per copy in ``h2d_s``, ``h2d_bytes``); a CPU run returns the batch as it is."""
-        if not self.cuda:
-            return batch
-        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        end.record()
-        end.synchronize()
-        self.h2d_s.append(start.elapsed_time(end) / 1000.0)
-        self.h2d_bytes.append(sum(int(v.numel() * v.element_size()) for v in batch.values()))
-        return out
-
-    def run(self, fn):
-        """Run one training step ``fn()``: its time goes to ``step_s`` (seconds; CUDA events on
-        a GPU), the CPU seconds this process used meanwhile, all its threads, to ``step_cpu_s``
-        (on CPU a step slower than its CPU seconds waited: for the other rank's gradients, or
-        for a core another process held)."""
-        c0 = time.process_time()
-        if self.cuda:
-            start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = fn()
-            end.record()
-            end.synchronize()
-            self.step_s.append(start.elapsed_time(end) / 1000.0)
-        else:
-            t0 = time.perf_counter()
-            out = fn()
-            self.step_s.append(time.perf_counter() - t0)
-        self.step_cpu_s.append(time.process_time() - c0)
-        return out
-
-
-def _consume(iterator_batches, config: LabConfig, device, model, optimizer, timer: _StepTimer, epoch: int) -> dict:
+def _consume(iterator_batches, config: LabConfig, device, model, optimizer, timer: StepTimer, epoch: int) -> dict:
     rows = batches = 0
     t_start_wall = time.time()
     t_start = time.perf_counter()
@@ -334,9 +295,12 @@ def _consume(iterator_batches, config: LabConfig, device, model, optimizer, time
     for batch in iterator_batches:
         timer.wait_s.append(time.perf_counter() - t_wait)
         batch = timer.to_device(batch)
-        timer.run(lambda b=batch: train_step(model, optimizer, b, device))
+        step_batch = {k: v[:config.cpu_step_rows] for k, v in batch.items()} if config.cpu_step_rows else batch
+        timer.run(lambda b=step_batch: train_step(model, optimizer, b, device))
+        del step_batch
         if config.step_delay_s:
             time.sleep(config.step_delay_s)
+        gpu_wait(config.gpu_step_s, device)
         rows += int(batch["label"].shape[0])
         batches += 1
         del batch
@@ -367,10 +331,10 @@ def consume_in_driver(ds, config: LabConfig) -> list[dict]:
     records = []
     for epoch in range(config.epochs):
         # On a GPU the batches come as pinned CPU tensors and the loop copies them to the
-        # device, timed with CUDA events (_StepTimer.to_device).
+        # device, timed with CUDA events (StepTimer.to_device).
         batches = ds.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches,
                                         device="cpu", pin_memory=config.device == "cuda")
-        records.append(_consume(batches, config, device, model, optimizer, _StepTimer(device), epoch))
+        records.append(_consume(batches, config, device, model, optimizer, StepTimer(device), epoch))
     return records
 
 
@@ -399,7 +363,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     for epoch in range(config.epochs):
         batches = shard.iter_torch_batches(batch_size=config.batch_rows, prefetch_batches=config.prefetch_batches,
                                            device="cpu", pin_memory=config.device == "cuda")
-        record = _consume(batches, config, device, model, optimizer, _StepTimer(device), epoch)
+        record = _consume(batches, config, device, model, optimizer, StepTimer(device), epoch)
         record["rank"] = rank
         if recorder is not None:
             ray.get(recorder.add_consumer.remote(record))
