@@ -230,14 +230,14 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
 
 
 def _result(variant, *, peak_mib, overall=1.0, midrun=1.0, delay=0.25, consumers=2, batch_rows=223, believed_mib=0,
-            live_mib=None, stall=None, production=None, first_s=0.0):
+            live_mib=None, stall=None, production=None, first_s=0.0, consumption=None):
     from raydata_course.lab.epoch import RunResult
 
     return RunResult(
         variant=variant, repeat=0, config={"step_delay_s": delay, "consumers": consumers, "batch_rows": batch_rows,
                                            "batch_bytes": 32 * MiB},
         live_peak_bytes=None if live_mib is None else int(live_mib * MiB), stall_fraction=stall,
-        production_batches_per_s=production,
+        production_batches_per_s=production, consumption_batches_per_s=consumption,
         peak_bytes=int(peak_mib * MiB), budget_bytes=256 * MiB, overage_bytes=int((peak_mib - 256) * MiB),
         believed_peak_bytes=int(believed_mib * MiB), hidden_peak_bytes=0, hidden_batches_per_consumer=0.0, unaccounted_at_peak_bytes=0,
         predicted_hidden_bytes=0, predicted_hidden_batches=0, hidden_range_batches=(0, 0), upstream_hidden_batches=0,
@@ -282,7 +282,7 @@ def test_push_targets_mean_what_a_gpu_user_means():
     from raydata_course.lab.report import format_push_targets, push_targets
 
     runs = [_result("train-slow", peak_mib=500, stall=0.0), _result("train-slow-push", peak_mib=300, live_mib=260,
-                                                                    stall=0.015, overall=3.0),
+                                                                    stall=0.015, overall=2.0, consumption=3.0),
             _result("train-fast", peak_mib=600, delay=0.0, production=4.0, first_s=3.0),
             _result("train-fast-push", peak_mib=300, delay=0.0, live_mib=280, production=3.9, first_s=2.0)]
     free0 = {(c["variant"], c["target"]): c for c in push_targets(runs, 0)}
@@ -328,13 +328,13 @@ def test_push_targets_mean_what_a_gpu_user_means():
 
 
 def test_the_stall_fraction_takes_the_slowest_rank_per_step_after_the_first_batch():
-    from raydata_course.lab.epoch import production_batches_per_s, stall_fraction
+    from raydata_course.lab.epoch import consumption_batches_per_s, stall_fraction
 
     fed = {"t_start_wall_s": 10.0, "wait_s": [2.0, 0.0, 0.0, 0.0], "batch_t_s": [2.6, 3.2, 3.8, 4.4]}
     late = {"t_start_wall_s": 10.0, "wait_s": [2.5, 0.3, 0.0, 0.3], "batch_t_s": [3.1, 4.0, 4.6, 5.5]}
     assert stall_fraction([fed]) == 0.0
     assert stall_fraction([fed, late]) == pytest.approx(0.6 / (5.5 - 2.5))  # from the later first batch
-    assert production_batches_per_s([fed]) == pytest.approx(3 / (4.4 - 2.0))
+    assert consumption_batches_per_s([fed]) == pytest.approx(3 / (4.4 - 2.0))
     assert stall_fraction([{"t_start_wall_s": 0.0, "wait_s": [1.0], "batch_t_s": [1.5]}]) is None
 
 
@@ -511,7 +511,7 @@ def test_the_push_table_gives_medians_ratios_and_the_executor_loop_cpu():
     assert cells["pull"]["peak MiB (median, min-max)"] == "310 (300-320)"
     assert cells["pull"]["executor loop CPU s"] == "1.50"  # the median of 1.0, 1.5, 9.0
     assert cells["push"]["executor loop CPU s"] == "n/a"  # not recorded in these results
-    assert cells["push"]["push/pull after first batch"] == "0.75" and cells["push"]["stall D"] == "0.020"
+    assert cells["push"]["push/pull produced"] == "0.75" and cells["push"]["stall D"] == "0.020"
     assert cells["push"]["peak without freed-not-deleted / budget"] == "0.78"
     assert cells["pull"]["peak without freed-not-deleted / budget"] == "n/a"  # not recorded
     assert cells["push"]["push peak / pull peak"] == "0.84"

@@ -38,8 +38,8 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   first, named in ``timeline["operators"]``): how many decode tasks the executor could run
   at once, and which operators held task slots;
 - ``stall_fraction`` (the job-level ``D`` a GPU user means: the time the slowest rank waited
-  for its batch, over the steps after the first batch, over the wall time), the production
-  rate after the first batch, and ``live_peak_bytes``, the store's peak without the bytes freed
+  for its batch, over the steps after the first batch, over the wall time), the producer's
+  rate after the first batch (from Ray Data's counters) and the consumers' rate, and ``live_peak_bytes``, the store's peak without the bytes freed
   but not yet deleted;
 - ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
   over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
@@ -58,7 +58,7 @@ from typing import Optional
 from raydata_course.lab.buffer_model import hidden_batches
 from raydata_course.lab.workload import LabConfig
 
-__all__ = ["RunResult", "measure_epoch", "stall_fraction", "production_batches_per_s"]
+__all__ = ["RunResult", "measure_epoch", "stall_fraction", "consumption_batches_per_s", "production_batches_per_s"]
 
 
 @dataclass
@@ -112,7 +112,9 @@ class RunResult:
     loop_cpu_s: Optional[float] = None  # the executor's scheduling thread, CPU seconds (None: not recorded)
     #: the job-level stall fraction D (:func:`stall_fraction`); None when not recorded
     stall_fraction: Optional[float] = None
-    #: batches per second after each consumer's first batch, summed (:func:`production_batches_per_s`)
+    #: batches per second the consumers took after each one's first batch, summed (:func:`consumption_batches_per_s`)
+    consumption_batches_per_s: Optional[float] = None
+    #: batches per second the producer made after the consumers' first batch (:func:`production_batches_per_s`)
     production_batches_per_s: Optional[float] = None
     #: the store's peak without the bytes freed but not yet deleted: referenced + pinned, at
     #: the classified samples (bytes)
@@ -241,7 +243,10 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         probe_cost=probe_cost, timeline=timeline,
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
-        stall_fraction=stall_fraction(consumers), production_batches_per_s=production_batches_per_s(consumers),
+        stall_fraction=stall_fraction(consumers), consumption_batches_per_s=consumption_batches_per_s(consumers),
+        production_batches_per_s=production_batches_per_s(
+            probe_samples, max((_first_and_end_wall_s(c)[0] for c in consumers if c.get("wait_s") and c.get("batch_t_s")),
+                               default=None), config.batch_rows),
         live_peak_bytes=max((s.referenced_bytes + (s.pinned_unreferenced_bytes or 0) for s in classified), default=None),
     )
 
@@ -274,14 +279,14 @@ def stall_fraction(consumers: list[dict]) -> Optional[float]:
     return waited / (end - first) if end > first else None
 
 
-def production_batches_per_s(consumers: list[dict]) -> Optional[float]:
-    """The rate at which the split delivered after each consumer's first batch: per consumer,
+def consumption_batches_per_s(consumers: list[dict]) -> Optional[float]:
+    """The rate at which the consumers took batches after each one's first batch: per consumer,
     its batches after the first over the time from that first batch to its last step, summed
-    over consumers (batches per second). In a producer-bound run it is the producer's rate.
-    None without two steps.
+    over consumers (batches per second): the rate at which they free batches. None without
+    two steps.
 
     Examples:
-        >>> production_batches_per_s([{"t_start_wall_s": 0.0, "wait_s": [1.0, 0, 0], "batch_t_s": [2.0, 3.0, 4.0]}])
+        >>> consumption_batches_per_s([{"t_start_wall_s": 0.0, "wait_s": [1.0, 0, 0], "batch_t_s": [2.0, 3.0, 4.0]}])
         0.6666666666666666
     """
     rates = []
@@ -291,6 +296,35 @@ def production_batches_per_s(consumers: list[dict]) -> Optional[float]:
             if end > first:
                 rates.append((len(c["batch_t_s"]) - 1) / (end - first))
     return sum(rates) if rates else None
+
+
+def production_batches_per_s(probe_samples: list[dict], first_wall_s: Optional[float],
+                             batch_rows: int) -> Optional[float]:
+    """The producer's rate after the consumers' first batch: the rows the plan's last task
+    operator (the decode) made from ``first_wall_s`` (``time.time()``, when the last consumer
+    got its first batch) until it made its last, in batches of ``batch_rows`` per second, from
+    Ray Data's counters as the probe sampled them (``rows_task_outputs_generated``). What a
+    split decoded ahead while its consumers waited for their first batch does not count: a
+    consumer draining such a stock is fast, not its producer. None without probe counters, or
+    when the producer had finished before the first batch.
+
+    Examples:
+        >>> s = lambda t, rows: {"t_wall_s": t, "op_rows": [rows, 0, rows // 2]}
+        >>> production_batches_per_s([s(0, 0), s(2, 100), s(4, 300), s(6, 500), s(7, 500)], 2.0, 50)
+        1.0
+    """
+    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
+    if not samples or first_wall_s is None or batch_rows < 1:
+        return None
+    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None)
+    if index is None:
+        return None
+    rows = [p["op_rows"][index] for p in samples]
+    at_first = max((r for p, r in zip(samples, rows) if p["t_wall_s"] <= first_wall_s), default=0)
+    done_t = next(p["t_wall_s"] for p, r in zip(samples, rows) if r == rows[-1])
+    if rows[-1] <= at_first or done_t <= first_wall_s:
+        return None
+    return (rows[-1] - at_first) / batch_rows / (done_t - first_wall_s)
 
 
 def _generation_per_operator(probe_samples: list[dict]) -> dict[str, dict]:

@@ -161,7 +161,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget",
                "peak without freed-not-deleted / budget",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
-               "after first batch b/s", "push/pull after first batch", "stall D", "first batch s",
+               "produced after first batch b/s", "push/pull produced", "stall D", "first batch s",
                "step / wait s (median)", "executor loop CPU s", "run s"]
     body = []
     names = pull_push_pairs(results)
@@ -208,7 +208,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
 
 def format_gpu_table(results: list[RunResult]) -> str:
     """The GPU check's table: per run, the split, the lazy-free setting, peak / budget,
-    throughput and the host-to-device copies (median ms per batch and GB/s, timed with CUDA
+    throughput, the stall fraction ``D`` and the host-to-device copies (median ms per batch and GB/s, timed with CUDA
     events by the training loop).
 
     Returns:
@@ -219,12 +219,12 @@ def format_gpu_table(results: list[RunResult]) -> str:
     body = [[r.variant, r.split, "lazy (1000 ms)" if r.free_objects_period_ms is None else
              f"{r.free_objects_period_ms} ms", _mib(r.budget_bytes), _mib(r.peak_bytes),
              f"{r.peak_bytes / r.budget_bytes:.2f}", _mib(r.believed_peak_bytes), f"{r.overall_batches_per_s:.2f}",
-             f"{r.midrun_batches_per_s:.2f}",
+             "-" if r.stall_fraction is None else f"{r.stall_fraction:.3f}",
              "-" if r.h2d_s_median is None else f"{r.h2d_s_median * 1000:.2f}",
              "-" if r.h2d_gb_per_s is None else f"{r.h2d_gb_per_s:.1f}",
              f"{r.wall_s:.1f}"] for r in results]
     return markdown_table(["variant", "split", "free", "budget MiB", "peak MiB", "peak / budget",
-                           "RD believed peak MiB", "overall b/s", "mid-run b/s", "H2D ms/batch (median)", "H2D GB/s",
+                           "RD believed peak MiB", "overall b/s", "stall D", "H2D ms/batch (median)", "H2D GB/s",
                            "run s"], body, align="lllrrrrrrrrr")
 
 

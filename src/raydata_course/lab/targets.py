@@ -71,14 +71,15 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
     * consumer-bound variant (:func:`consumer_bound`, a GPU job): push's job-level stall
       fraction ``D`` (:func:`~raydata_course.lab.epoch.stall_fraction`) is at most
       ``max(PUSH_STALL_FLOOR, pull's D + PUSH_STALL_MARGIN)``;
-    * producer-bound variant: push's production rate after the first batch
-      (:func:`~raydata_course.lab.epoch.production_batches_per_s`) is at least
+    * producer-bound variant: push's production rate after the first batch (the decode's
+      output, :func:`~raydata_course.lab.epoch.production_batches_per_s`) is at least
       ``PUSH_THROUGHPUT_MIN`` times pull's, and push's first batch comes no later than pull's;
     * every variant: push's peak without the freed-but-not-yet-deleted bytes is at most
       ``PUSH_LIVE_PEAK_MAX`` times the budget; with the lazy free at its default
       (``free_objects_period_ms`` None), push's whole peak is at most the budget plus the
-      consumption rate (push's overall batches/s times the batch's bytes) times
-      ``LAZY_FREE_PERIOD_S``; pull's peak is at least ``PUSH_PULL_OVERAGE_MIN`` times the budget.
+      consumption rate (push's batches/s after the first batch,
+      :func:`~raydata_course.lab.epoch.consumption_batches_per_s`, times the batch's bytes)
+      times ``LAZY_FREE_PERIOD_S``; pull's peak is at least ``PUSH_PULL_OVERAGE_MIN`` times the budget.
 
     Args:
         results: one cluster setting's runs, pull and push.
@@ -121,7 +122,10 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
         check(name, "push peak without freed-not-deleted / budget", med(live) if live else float("inf"),
               PUSH_LIVE_PEAK_MAX, True, where=peak_where(mid.peak_breakdown))
         if free_objects_period_ms is None:
-            rate_bytes_s = med([r.overall_batches_per_s for r in push]) * cfg.get("batch_bytes", 0)
+            # the rate at which the consumers free batches: after their first one (the wait for
+            # it frees nothing); the overall rate where results lack it
+            rate = median_recorded(push, "consumption_batches_per_s") or med([r.overall_batches_per_s for r in push])
+            rate_bytes_s = rate * cfg.get("batch_bytes", 0)
             bound = 1.0 + rate_bytes_s * LAZY_FREE_PERIOD_S / budget
             top = sorted(push, key=lambda r: r.peak_bytes)[(len(push) - 1) // 2]
             check(name, "push peak / budget (lazy free: budget + consumption rate x 1 s)",
