@@ -152,7 +152,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
         A Markdown table (empty string when no push variant ran).
     """
     med = statistics.median
-    setting = ("default lazy free (1000 ms)" if free_objects_period_ms is None
+    setting = ("raylet default lazy free" if free_objects_period_ms is None
                else f"free_objects_period_milliseconds={free_objects_period_ms}")
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget", "overage MiB",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
@@ -207,7 +207,7 @@ def format_gpu_table(results: list[RunResult]) -> str:
     """
     if not results:
         return ""
-    body = [[r.variant, r.split, "lazy (1000 ms)" if r.free_objects_period_ms is None else
+    body = [[r.variant, r.split, "lazy (raylet default)" if r.free_objects_period_ms is None else
              f"{r.free_objects_period_ms} ms", _mib(r.budget_bytes), _mib(r.peak_bytes),
              f"{r.peak_bytes / r.budget_bytes:.2f}", _mib(r.believed_peak_bytes), f"{r.overall_batches_per_s:.2f}",
              f"{r.midrun_batches_per_s:.2f}",
