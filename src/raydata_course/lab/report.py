@@ -152,7 +152,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
         A Markdown table (empty string when no push variant ran).
     """
     med = statistics.median
-    setting = ("raylet default lazy free" if free_objects_period_ms is None
+    setting = ("default lazy free" if free_objects_period_ms is None
                else f"free_objects_period_milliseconds={free_objects_period_ms}")
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget", "overage MiB",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
