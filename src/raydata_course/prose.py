@@ -57,7 +57,7 @@ _WORDS_FIGURE = re.compile(
     r"(?:" + _SEP + r"(?:(?i:fold)\b|" + _TIMES + r"|(?i:" + _WORD_UNIT + r")(?![\w/])|" + _RATE + r")"
     r"|(?i:fold)\b)")
 #: Comparisons without a number: they cannot be backed by a printed figure.
-_VAGUE = re.compile(r"\b(twice (?:as|the|that|its)|thrice|(?:doubles?|halves|triples?) (?:the|this|its|their)|"
+_VAGUE = re.compile(r"\b(twice (?:as|the|that|its)|thrice|(?:doubles?|triples?) (?:the|this|its|their)|"
                     r"half as|orders? of magnitude|an order of magnitude|far (?:longer|faster|slower)|"
                     r"(?:up to|within|about|under|over|nearly|almost|less than|more than) (?:a|one|half a) "
                     r"(?:second|minute|millisecond|hour))\b", re.IGNORECASE)
