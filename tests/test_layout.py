@@ -83,6 +83,7 @@ ALLOWED = {
     "raydata_course.cluster": {"raydata_course", "raydata_course._util", "raydata_course.layout", "raydata_course.units"},
     "raydata_course.data": set(),
     "raydata_course.notebooks": {"raydata_course._util", "raydata_course.layout"},
+    "raydata_course.prose": set(),
     "raydata_course.measure": {"raydata_course.units", "raydata_course.measure"},
     "raydata_course.push_split": {"raydata_course.push_split", "raydata_course._util", "raydata_course.measure"},
     "raydata_course.chapters": {"raydata_course.chapters", "raydata_course.measure", "raydata_course.show",

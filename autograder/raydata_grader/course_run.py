@@ -12,7 +12,7 @@
   over max.
 
 It exits non-zero if a chapter fails, states a speed, size or time figure in its prose that no
-cell prints or sets (:func:`raydata_course.notebooks.unbacked_figures`), a reference solution
+cell prints or sets (:func:`raydata_course.prose.unbacked_figures`), a reference solution
 scores less than full marks, or the quick lab does not reproduce the overage.
 """
 
@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from raydata_course.notebooks import execute_notebook, unbacked_figures
+from raydata_course.notebooks import execute_notebook
+from raydata_course.prose import unbacked_figures
 from raydata_course.tables import markdown_table
 from raydata_grader.answers import reference_submission
 from raydata_grader.course_dir import autograde, plant_submission, prepare_course_dir

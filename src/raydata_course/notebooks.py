@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,7 @@ import nbformat
 from raydata_course._util import temporary_env
 from raydata_course.layout import HEADLESS_ENV, IOPUB_TIMEOUT_S, KERNEL_NAME
 
-__all__ = ["CellError", "NotebookRun", "execute_notebook", "cell_errors", "strip_outputs", "is_stripped",
-           "ProseFigure", "prose_figures", "unbacked_figures"]
+__all__ = ["CellError", "NotebookRun", "execute_notebook", "cell_errors", "strip_outputs", "is_stripped"]
 
 
 @dataclass(frozen=True)
@@ -175,122 +173,3 @@ def is_stripped(notebook) -> bool:
         for c in notebook.cells
         if c.cell_type == "code"
     )
-
-
-# ------------------------------------------------------------------------------ figures in prose
-
-#: Units that make a number in prose a claim about time, size or speed.
-_UNITS = (r"MiB/s|MB/s|GiB/s|GB/s|rows/s|rows per second|batches/s|ns|µs|us|ms|seconds?|sec|s|minutes?|min|"
-          r"hours?|h|bytes?|B|[kK]B|KiB|MB|MiB|GB|GiB|TB|TiB|%|×(?!\s*\d)|x(?=[\s.,;:)]|$)|"
-          r"times (?:faster|slower|more|less|larger|smaller|as)")
-_FIGURE = re.compile(r"(?<![\w.])(?P<number>\d[\d,]*(?:\.\d+)?)\s?(?P<unit>" + _UNITS + r")(?![\w/])")
-#: Comparisons without a number: they cannot be backed by a printed figure, so prose may not use them.
-_VAGUE = re.compile(r"\b(twice as|half as|orders? of magnitude|an order of magnitude|far (?:longer|faster|slower)|"
-                    r"(?:up to|within|about|under|over|nearly|almost|less than|more than) (?:a|one|half a) "
-                    r"(?:second|minute|millisecond|hour))\b", re.IGNORECASE)
-_FENCE = re.compile(r"```.*?```", re.DOTALL)
-_INLINE_CODE = re.compile(r"`[^`\n]*`")
-_LINK_TARGET = re.compile(r"\]\([^)]*\)")
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-
-
-@dataclass(frozen=True)
-class ProseFigure:
-    """A figure stated in a markdown cell.
-
-    Attributes:
-        cell: index of the markdown cell.
-        text: the figure as written (``"64 MiB"``, ``"1.5×"``, ``"twice as"``).
-        number: its number without thousands separators (``"1438"``), or None for a comparison
-            in words.
-        context: up to 60 characters of the sentence around it.
-    """
-
-    cell: int
-    text: str
-    number: str | None
-    context: str
-
-
-def prose_figures(notebook) -> list[ProseFigure]:
-    """Every speed, size or time figure the markdown cells of ``notebook`` state.
-
-    A figure is a number followed by a unit of time (``ms``, ``s``, ``minutes``), size
-    (``bytes``, ``MiB``), rate (``rows/s``), a percentage or a ratio (``1.5×``, ``3 times
-    faster``), or a comparison in words (``twice as``, ``orders of magnitude``). Code (inline
-    and fenced) and link targets are not prose and are skipped. ``8×8`` is a shape, not a ratio.
-
-    Examples:
-        >>> import nbformat
-        >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
-        ...     "Blocks of 64 MiB, `2 s` in code, 8×8 pixels, 1.5× faster, twice as slow.")])
-        >>> [(f.text, f.number) for f in prose_figures(nb)]
-        [('64 MiB', '64'), ('1.5×', '1.5'), ('twice as', None)]
-    """
-    found = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.get("cell_type") != "markdown":
-            continue
-        text = _LINK_TARGET.sub("]", _INLINE_CODE.sub(" ", _FENCE.sub(" ", cell.get("source", ""))))
-        for match in _FIGURE.finditer(text):
-            found.append(ProseFigure(index, match.group(0), _THOUSANDS.sub("", match["number"]),
-                                     _context(text, match.start(), match.end())))
-        for match in _VAGUE.finditer(text):
-            found.append(ProseFigure(index, match.group(0), None, _context(text, match.start(), match.end())))
-    return found
-
-
-def _context(text: str, start: int, end: int) -> str:
-    return " ".join(text[max(0, start - 30) : end + 30].split())
-
-
-def _output_text(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "stream":
-            parts.append(output.get("text", ""))
-        for mime in ("text/plain", "text/markdown", "text/html"):
-            value = output.get("data", {}).get(mime)
-            if value:
-                parts.append(value if isinstance(value, str) else "".join(value))
-    return "\n".join(parts)
-
-
-def _has_number(text: str, number: str) -> bool:
-    return re.search(r"(?<![\d.])" + re.escape(number) + r"(?![\d])", text) is not None
-
-
-def _code_numbers(source: str) -> str:
-    """The number literals of a code cell (not its strings or comments), space-separated."""
-    import io
-    import tokenize
-
-    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return ""
-    return " ".join(t.string.replace("_", "") for t in tokens if t.type == tokenize.NUMBER)
-
-
-def unbacked_figures(executed_notebook) -> list[ProseFigure]:
-    """The figures of :func:`prose_figures` that no cell of ``executed_notebook`` backs.
-
-    A figure is backed when its number appears in a code cell's output (the cell measured or
-    read it) or as a number literal in a code cell's source (it is an input the chapter sets,
-    such as a budget or a row count; numbers inside strings and comments do not count). A measured value changes from run to run, so prose that copies
-    one from an earlier run is caught on the next. A comparison in words (``twice as``) is
-    never backed: print the ratio and let the prose point at it.
-
-    Args:
-        executed_notebook: a notebook with its outputs (as :func:`execute_notebook` writes it).
-
-    Returns:
-        The unbacked figures, in order; empty when every figure is backed.
-    """
-    outputs = _THOUSANDS.sub("", "\n".join(_output_text(c) for c in executed_notebook.cells
-                                           if c.get("cell_type") == "code"))
-    code = " ".join(_code_numbers(c.get("source", "")) for c in executed_notebook.cells
-                    if c.get("cell_type") == "code")
-    return [f for f in prose_figures(executed_notebook)
-            if f.number is None or not (_has_number(outputs, f.number) or _has_number(code, f.number))]

@@ -113,7 +113,7 @@ def plot_memory_split(result: dict, ax):
         ax.step([x for x, _ in pts], [b for _, b in pts], where="post", color="tab:green", linewidth=0.8,
                 label="the executor's limit")
     free_ms = result.get("free_objects_period_ms")
-    setting = "lazy free 1000 ms" if free_ms is None else f"free period {free_ms} ms"
+    setting = "lazy free, raylet default" if free_ms is None else f"free period {free_ms} ms"
     ax.set_title(f"{result['variant']} ({result.get('split', 'pull')}, {setting}, epoch {result['repeat']})",
                  fontsize=9)
     ax.set_xlabel("seconds since the run started")

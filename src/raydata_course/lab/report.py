@@ -156,7 +156,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
         A Markdown table (empty string when no push variant ran).
     """
     med = statistics.median
-    setting = ("default lazy free (1000 ms)" if free_objects_period_ms is None
+    setting = ("default lazy free" if free_objects_period_ms is None
                else f"free_objects_period_milliseconds={free_objects_period_ms}")
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget",
                "peak without freed-not-deleted / budget",
@@ -216,7 +216,7 @@ def format_gpu_table(results: list[RunResult]) -> str:
     """
     if not results:
         return ""
-    body = [[r.variant, r.split, "lazy (1000 ms)" if r.free_objects_period_ms is None else
+    body = [[r.variant, r.split, "lazy (raylet default)" if r.free_objects_period_ms is None else
              f"{r.free_objects_period_ms} ms", _mib(r.budget_bytes), _mib(r.peak_bytes),
              f"{r.peak_bytes / r.budget_bytes:.2f}", _mib(r.believed_peak_bytes), f"{r.overall_batches_per_s:.2f}",
              "-" if r.stall_fraction is None else f"{r.stall_fraction:.3f}",
