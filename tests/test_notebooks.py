@@ -196,7 +196,7 @@ def test_code_shapes_and_links_in_prose_are_not_figures():
 
 #: Chapters whose prose still states figures in words, each with the issue that rewrites them.
 #: Strict: the marker must go once the chapter passes.
-PENDING_FIGURE_REWRITES = {"06_training_ingest_lab.ipynb": "issue 40: chapter 06 figures in words"}
+PENDING_FIGURE_REWRITES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("path", [
