@@ -68,7 +68,8 @@ class ScriptedSplit:
 
 
 def simulate(step_s: list[float], *, produce_blocks_per_s: float, budget_bytes: int, task_bytes: int,
-             requested_blocks: int = 4, ticks: int = 600, start_blocks=None, **controller_kw):
+             requested_blocks: int = 4, ticks: int = 600, start_blocks=None, burst_ticks: int = 1,
+             stock_blocks: float = 1.0, **controller_kw):
     """Run the model; returns the controller, the windows per tick (blocks ahead), the held
     bytes per tick and the splits."""
     splits = [ScriptedSplit(s) for s in step_s]
@@ -79,8 +80,9 @@ def simulate(step_s: list[float], *, produce_blocks_per_s: float, budget_bytes: 
     windows = list(controller.windows_rows)
     credit = 0.0
     history, held_history = [], []
-    for _ in range(ticks):
-        credit += produce_blocks_per_s * TICK_S
+    for tick in range(ticks):
+        if tick % burst_ticks == 0:  # a producer that delivers in bursts of burst_ticks ticks' output
+            credit += produce_blocks_per_s * TICK_S * burst_ticks
         pushed = True
         while credit >= 1 and pushed:  # one block at a time, to the open split given the fewest rows so
             pushed = False             # far (Ray's OutputSplitter routes by rows, output_splitter.py:286-289)
@@ -91,7 +93,7 @@ def simulate(step_s: list[float], *, produce_blocks_per_s: float, budget_bytes: 
                 splits[i].pushed_rows += ROWS_PER_BLOCK
                 credit -= 1
                 pushed = True
-        credit = min(credit, 1.0)  # a producer blocked by full windows does not bank work
+        credit = min(credit, stock_blocks)  # a producer blocked by full windows keeps at most this stock
         for s in splits:
             s.run(TICK_S)
         held = [s.inflight_rows * BLOCK_BYTES // ROWS_PER_BLOCK for s in splits]
@@ -126,14 +128,26 @@ def test_a_producer_that_outruns_its_consumers_keeps_them_double_buffered_and_fe
 
 
 def test_a_stalled_consumer_grows_its_window_while_the_budget_has_room():
-    """A producer slower than a consumer in bursts: the consumer stalls, its window grows one
-    batch at a time, and no further than ``W + 2R <= B`` allows."""
-    controller, history, _, splits = simulate([0.1, 0.1], produce_blocks_per_s=15, budget_bytes=512 * MiB,
-                                              task_bytes=40 * MiB)
+    """A producer faster than its consumers on average that delivers in bursts: a double
+    buffer fills, the producer holds back, and the consumers stall between bursts; the windows
+    grow one batch at a time, no further than ``W + 2R <= B`` allows."""
+    controller, history, _, splits = simulate([0.25, 0.25], produce_blocks_per_s=10, burst_ticks=8,
+                                              stock_blocks=2, budget_bytes=512 * MiB, task_bytes=40 * MiB)
     assert any(e.why == "stalled" for e in controller.events), controller.events
     assert max(max(ws) for ws in history) >= 2
     for ws in history:  # W + 2R <= B for every window the controller chose to grow to
         assert sum(w + 1 for w in ws) * BLOCK_BYTES + 2 * 40 * MiB <= 512 * MiB or max(ws) == 1, ws
+
+
+def test_a_window_its_producer_never_fills_does_not_grow():
+    """A producer-bound job: the consumers stall because the producer is slow, their windows
+    never fill, and a bigger window would only take bytes from the executor: they stay at the
+    double buffer, and the executor keeps its share."""
+    controller, history, _, splits = simulate([0.1, 0.1], produce_blocks_per_s=12, budget_bytes=512 * MiB,
+                                              task_bytes=40 * MiB)
+    assert all(s.stall_fraction() > 0.1 for s in splits)
+    assert {w for ws in history for w in ws} == {1}, controller.events
+    assert controller.executor_share_bytes == 512 * MiB - 4 * BLOCK_BYTES - 40 * MiB
 
 
 def test_batches_that_sit_idle_for_several_steps_give_their_bytes_back():

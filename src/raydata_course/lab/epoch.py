@@ -16,15 +16,10 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   this is the measure to compare across versions;
 - ``predicted_hidden_bytes`` from :mod:`raydata_course.lab.buffer_model`, and
   ``realization = overage / predicted`` as upstream reports it;
-- throughput: rows/s and batches/s over the consumption phase, and the median train-step time;
-  ``overall_batches_per_s`` (all batches over the time from the consumers' start to the
-  last batch) and ``midrun_batches_per_s`` (batches 25 %-90 % of each consumer's epoch over
-  the time they took), summed over consumers; ``early_batches_per_s``: the batches up to
-  that window's opening (the first ``int(0.25 n) + 1`` of ``n``) over the time from each
-  consumer's start, the wait for the first batch included, summed over consumers: a split
-  whose producer decoded ahead while its consumers waited is slow here and fast mid-run;
-  ``midrun_start_store_bytes``: the store's usage as that window opens (what the producer
-  had decoded ahead);
+- throughput: rows/s and batches/s over the consumption phase, the median train step,
+  ``overall_batches_per_s``, ``midrun_batches_per_s`` (batches 25-90 % of each epoch),
+  ``early_batches_per_s`` (the batches before that window, first wait included) and
+  ``midrun_start_store_bytes`` (the store's usage as that window opens), see :func:`_throughputs`;
 - the memory at the peak split three ways: *referenced* (some ``ObjectRef`` alive),
   *pinned, unreferenced* (zero-copy views only) and *freed, not yet deleted* (the rest of
   ``used``: the raylet frees objects every ``free_objects_period_milliseconds``);
@@ -39,8 +34,8 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   at once, and which operators held task slots;
 - ``stall_fraction`` (the job-level ``D`` a GPU user means: the time the slowest rank waited
   for its batch, over the steps after the first batch, over the wall time), the producer's
-  rate after the first batch (from Ray Data's counters) and the consumers' rate, and ``live_peak_bytes``, the store's peak without the bytes freed
-  but not yet deleted;
+  rate after the first batch (from Ray Data's counters) and the consumers' rate, and
+  ``live_peak_bytes``, the store's peak without the bytes freed but not yet deleted;
 - ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
   over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
   process that runs it, which shares the machine with the consumers.

@@ -41,9 +41,12 @@ lowers it by an overshoot it believes.
    stays at the floor: a double buffer per consumer, the executor running one task per
    operator.
 2. *Stalled* — the consumer's stall fraction (seconds it waited ÷ seconds of its step cycles,
-   over its last ``stall_window_steps`` steps) is above ``stall_threshold``, and its window has
-   kept its size for ``min_steps`` steps: it grows one batch when ``W + 2R <= B`` still holds
-   after growing (the executor keeps room for one more task output per operator).
+   over its last ``stall_window_steps`` steps) is above ``stall_threshold``, its window was
+   full at some tick of those steps (the producer had a block for it and had to hold it back:
+   a window its producer never fills would only take bytes from the executor, which is what
+   the consumer waits for), and its window has kept its size for ``min_steps`` steps: it
+   grows one batch when ``W + 2R <= B`` still holds after growing (the executor keeps room for
+   one more task output per operator).
 3. *Idle* — two or more whole batches have sat ready for ``idle_steps`` of the consumer's
    steps (seen ready at some tick of every one of them, so a tick right after a step, before
    the next push lands, does not break the run): it shrinks one batch (not below the floor). A shrink that the consumer stalls after
@@ -56,7 +59,10 @@ the healthy double-buffered state, never a reason to shrink.
 
 Examples:
     >>> c = WindowController([SplitRequest(batch_rows=100, requested_rows=400)] * 2)
+    >>> full = SplitState(bytes_per_row=1.0, held_bytes=200, ready_rows=100, steps=2, stall_fraction=0.0)
     >>> stalled = SplitState(bytes_per_row=1.0, held_bytes=200, ready_rows=0, steps=3, stall_fraction=0.3)
+    >>> c.tick(Observation(budget_bytes=2000, splits=[full] * 2, task_output_bytes=100))
+    [100, 100]
     >>> c.tick(Observation(budget_bytes=2000, splits=[stalled] * 2, task_output_bytes=100))
     [200, 200]
     >>> c.reserve_bytes, c.executor_share_bytes
@@ -226,6 +232,7 @@ class WindowController:
     _changed_at: list[int] = field(init=False)
     _idle_since: list[Optional[int]] = field(init=False)
     _idle_seen: list[int] = field(init=False)
+    _full_seen: list[Optional[int]] = field(init=False)
     _idle_steps: list[int] = field(init=False)
     _shrunk_at: list[Optional[int]] = field(init=False)
     _ticks: int = field(init=False, default=0)
@@ -242,6 +249,7 @@ class WindowController:
         self._changed_at = [0] * n
         self._idle_since = [None] * n
         self._idle_seen = [0] * n
+        self._full_seen = [None] * n
         self._idle_steps = [self.idle_steps] * n
         self._shrunk_at = [None] * n
 
@@ -261,6 +269,8 @@ class WindowController:
             self.lazy_bytes *= self.lazy_decay
         budget = obs.budget_bytes
         for i, (req, s) in enumerate(zip(self.requests, obs.splits)):
+            if s.ready_rows >= self.windows_rows[i]:
+                self._full_seen[i] = s.steps  # the window was full: the producer had to hold back
             stalled = s.stall_fraction is not None and s.stall_fraction > self.stall_threshold
             if stalled:
                 self._idle_since[i] = None
@@ -269,7 +279,8 @@ class WindowController:
                     self._idle_steps[i] = min(2 * self._idle_steps[i], self.max_idle_steps)
                     self._shrunk_at[i] = None
                 grown = min(req.requested_rows, self.windows_rows[i] + req.batch_rows)
-                if grown > self.windows_rows[i] and s.steps - self._changed_at[i] >= self.min_steps and \
+                was_full = self._full_seen[i] is not None and s.steps - self._full_seen[i] <= self.stall_window_steps
+                if grown > self.windows_rows[i] and was_full and s.steps - self._changed_at[i] >= self.min_steps and \
                         self._room(obs, i, grown):
                     self._set(i, grown, s.steps, "stalled")
             elif s.ready_rows >= 2 * req.batch_rows:
