@@ -152,17 +152,23 @@ def plot_windows(result: dict, ax):
 
 
 def plot_waits(result: dict, ax, label: str = ""):
-    """Each consumer's wait for each batch over one run, at the batch's arrival, on the same
-    time axis as the memory timeline (from ``timeline["waits"]``; nothing for older results).
+    """Each consumer's wait for each batch after its first over one run, at the batch's arrival,
+    on the same time axis as the memory timeline (from ``timeline["waits"]``; nothing for older
+    results); the title gives the stall fraction and the first batch's wait.
 
     Returns:
         The axes.
     """
+    first = []
     for i, rank in enumerate(result.get("timeline", {}).get("waits") or []):
-        ax.vlines(rank["t_s"], 0, rank["wait_s"], colors=f"C{i}", linewidth=1.5, label=f"consumer {i}")
+        # the first batch's wait is the execution's start; the title gives it, the bars the rest
+        ax.vlines(rank["t_s"][1:], 0, rank["wait_s"][1:], colors=f"C{i}", linewidth=1.5, label=f"consumer {i}")
+        first.extend(rank["wait_s"][:1])
     stall = result.get("stall_fraction")
-    ax.set_title(f"{label or result['variant']}: each consumer's wait per batch"
-                 + ("" if stall is None else f" (stall fraction D = {stall:.3f})"), fontsize=9)
+    ax.set_title(f"{label or result['variant']}: waits after the first batch"
+                 + ("" if stall is None else f" (D = {stall:.3f}")
+                 + ("" if not first else f"; first after {max(first):.2f} s")
+                 + ("" if stall is None else ")"), fontsize=9)
     ax.set_ylabel("wait s")
     ax.set_xlabel("seconds since the run started")
     ax.legend(loc="upper right", fontsize=7)
