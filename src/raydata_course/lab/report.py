@@ -181,7 +181,7 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                 "overall": med([r.overall_batches_per_s for r in runs]),
                 "production": median_recorded(runs, "production_batches_per_s") or 0.0,
                 "stall": median_recorded(runs, "stall_fraction"),
-                "live": median_recorded([r for r in runs if r.live_peak_bytes is not None], "live_peak_bytes"),
+                "live": median_recorded(runs, "live_peak_bytes"),
                 "first": med([r.first_batch_s for r in runs]),
                 "step": med([r.step_s_median for r in runs]), "wait": med([r.wait_s_median for r in runs]),
                 "loop": [r.loop_cpu_s for r in runs if r.loop_cpu_s is not None],

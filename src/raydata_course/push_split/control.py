@@ -20,7 +20,9 @@ from typing import Optional
 
 import ray
 
+from raydata_course.push_split.idle import wake
 from raydata_course.push_split.ray_internals import budget_and_usage, publish_share, task_output_bytes
+from raydata_course.push_split.state import HISTORY_LIMIT
 from raydata_course.push_split.window import ExecutorShare, Observation, SplitRequest, SplitState, WindowController
 
 __all__ = ["Control", "STORE_SAMPLE_INTERVAL_S", "ship_windows"]
@@ -97,7 +99,7 @@ class Control:
                 store_bytes = self._store_used_bytes()
                 next_store_s = time.monotonic() + STORE_SAMPLE_INTERVAL_S  # from the reading's end
             windows = controller.tick(Observation(self._budget_bytes, states, task_output_bytes(executor),
-                                                  store_bytes, usage_bytes))
+                                                  store_bytes))
             with st.cond:
                 if st.epoch != epoch:
                     return
@@ -110,8 +112,9 @@ class Control:
                     st.share.reserve_bytes = controller.reserve_bytes
                     st.share.task_bytes = controller.task_bytes
                     st.share.lazy_bytes = controller.lazy_bytes
-                    st.account_locked()
-                if len(st.window_history) < self._history_limit:
+                    st.share.held_bytes = st.held_bytes()
+                    wake()  # the share moved: an idle executor looks again now
+                if len(st.window_history) < HISTORY_LIMIT:
                     st.window_history.append({
                         "t": time.time(), "epoch": epoch, "windows_rows": windows, "budget_bytes": self._budget_bytes,
                         "usage_bytes": usage_bytes, "held_bytes": sum(s.held_bytes for s in states),

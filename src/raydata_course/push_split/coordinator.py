@@ -42,7 +42,7 @@ from raydata_course.push_split.messages import Arrival, PushSplitError, RowRange
 from raydata_course.push_split.ray_internals import idle_stats, start_execution
 from raydata_course.push_split.readahead import install_read_ahead_cap
 from raydata_course.push_split.sender import Sender
-from raydata_course.push_split.state import HISTORY_LIMIT, EpochState
+from raydata_course.push_split.state import EpochState
 
 __all__ = ["PushSplitCoordinator", "FETCH_TIMEOUT_S", "WINDOW_POLICIES"]
 
@@ -89,7 +89,6 @@ class PushSplitCoordinator(Sender, Control, Liveness):
         self._window = window
         self._steer_on_store = steer_on_store
         self._control_interval_s = control_interval_s
-        self._history_limit = HISTORY_LIMIT
         self._warned: set[str] = set()  # the controllers' warnings, each logged once per split group
         self._store_sampler = None
         self._budget_bytes: Optional[int] = None  # the budget the user set (Ray Data's limit)

@@ -73,6 +73,8 @@ import math
 import os
 from typing import Optional
 
+from raydata_course.push_split.ray_internals import op_task_bytes, published_share, real_usage_bytes
+
 __all__ = ["ReadAheadPolicy", "install_read_ahead_cap", "AHEAD_BLOCKS", "AHEAD_RATIO", "CAP_OUTPUTS_ENV",
            "TRANSIENT_OUTPUTS"]
 
@@ -87,8 +89,6 @@ AHEAD_RATIO = 2.0
 #: the budget guard keeps room for this many task outputs counted twice for a moment (a task
 #: that has yielded its output and not yet ended; see the module docstring)
 TRANSIENT_OUTPUTS = 1
-
-from raydata_course.push_split.ray_internals import op_task_bytes, published_share, real_usage_bytes
 
 try:  # Ray Data's internal interface; without it the cap is not installed
     from ray.data._internal.execution.backpressure_policy import BackpressurePolicy as _Base

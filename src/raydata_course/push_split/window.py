@@ -126,14 +126,12 @@ class Observation:
         task_output_bytes: one task's output per operator, summed, in real bytes; None before
             any task finished.
         store_bytes: the object store's measured usage, or None when not read this tick.
-        usage_bytes: Ray Data's believed usage (recorded, not steered on).
     """
 
     budget_bytes: Optional[int]
     splits: list[SplitState]
     task_output_bytes: Optional[int] = None
     store_bytes: Optional[int] = None
-    usage_bytes: int = 0
 
 
 @dataclass
