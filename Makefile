@@ -6,11 +6,13 @@
 #   make lab-gpu     on a GPU node: the lab's GPU check (CUDA required, at most 8 minutes; OUT=folder)
 #   make test        the full test suite (what CI runs), in TEST_WORKERS parallel processes
 #                    (default 2; each has its own Ray cluster; TEST_WORKERS=0 runs it in one)
-#   make test-fast   the inner loop: package units and static checks, no notebook execution
+#   make test-fast   the inner loop: package units and static checks, no notebook execution, no
+#                    playground build (make test builds it: PyPI and npm once, 98 MB of build tools)
 #   make release     regenerate exercises/ from solutions/ with nbgrader
 #   make grade SUBMISSIONS=path   grade a class: grades.csv, feedback, summary (OUT=build/grading;
 #                    JOBS=N notebooks at once, default what the machine allows; CLUSTER=addr: on a Ray cluster)
-#   make student-bundle   build/student-bundle.zip: what students get (no solutions, no hidden tests)
+#   make student-bundle   build/student-bundle.zip: what students get (no solutions, no hidden tests),
+#                    with the browser playground's site (runs `make playground` first)
 #   make jupyter     open JupyterLab at the course root with the course kernel and formgrader
 #                    (GRADING=build/grading: formgrader shows that grading folder)
 #   make playground  the browser playground: a JupyterLite site in build/playground/, built offline from
@@ -36,18 +38,6 @@ TEST_WORKERS ?= 2
 # is absent (jsonschema/_format.py). tests/test_environment.py checks that it is gone.
 SLOW_OPTIONAL := rfc3987-syntax
 
-# `make lab RAY=2.55.1` runs the lab against another Ray release, in its own venv.
-RAY ?=
-ifneq ($(RAY),)
-LAB_VENV := .venv-ray$(RAY)
-LAB_OUT := build/lab-ray$(RAY)
-LAB_ENV := RAYDATA_COURSE_RAY_VERSION=$(RAY)
-else
-LAB_VENV := $(VENV)
-LAB_OUT := build/lab
-LAB_ENV :=
-endif
-
 .PHONY: setup course lab lab-gpu lab-quick test test-fast release jupyter lock strip clean grade student-bundle playground
 
 $(STAMP): requirements.txt requirements-lock.txt pyproject.toml autograder/pyproject.toml
@@ -65,6 +55,19 @@ setup: $(STAMP)
 course: $(STAMP)
 	$(RUN) $(GRADER) course --out build/course
 
+# >>> the lab: the student bundle's Makefile takes this part as it is (raydata_grader.bundle.lab_rules)
+# `make lab RAY=2.55.1` runs the lab against another Ray release, in its own venv.
+RAY ?=
+ifneq ($(RAY),)
+LAB_VENV := .venv-ray$(RAY)
+LAB_OUT := build/lab-ray$(RAY)
+LAB_ENV := RAYDATA_COURSE_RAY_VERSION=$(RAY)
+else
+LAB_VENV := $(VENV)
+LAB_OUT := build/lab
+LAB_ENV :=
+endif
+
 # Another Ray release's venv: the same pins, with only Ray swapped.
 .venv-ray%/.installed-stamp: requirements.txt requirements-lock.txt pyproject.toml
 	test -x .venv-ray$*/bin/python || $(PYTHON) -m venv .venv-ray$*
@@ -81,6 +84,7 @@ lab: $(LAB_VENV)/.installed-stamp
 	PATH="$(CURDIR)/$(LAB_VENV)/bin:$$PATH" RAYDATA_COURSE_HEADLESS=1 $(LAB_ENV) \
 	  $(LAB_VENV)/bin/python -m raydata_course.lab --out $(LAB_OUT) $(if $(QUICK),--quick,) \
 	  --compare-with $(sort $(wildcard build/lab/results.json build/lab-ray*/results.json))
+# <<< the lab
 
 # The GPU check, on a GPU node without the course's venv: Ray comes from .gpu/ (made by the
 # project's gpu-bundle hook), torch from the machine. CUDA is required; at most 8 minutes.
@@ -93,7 +97,8 @@ lab-gpu:
 PLAYGROUND_TOOLS := build/playground-tools
 $(PLAYGROUND_TOOLS)/.installed-stamp: playground/requirements-build.txt
 	test -x $(PLAYGROUND_TOOLS)/bin/python || $(PYTHON) -m venv $(PLAYGROUND_TOOLS)
-	$(PLAYGROUND_TOOLS)/bin/python -m pip install --quiet -r playground/requirements-build.txt
+	$(PLAYGROUND_TOOLS)/bin/python -m pip install --quiet -r playground/requirements-build.txt || { \
+	  echo "make playground: its build tools (playground/requirements-build.txt) come from PyPI on the first build: connect once; later builds need no network"; exit 2; }
 	touch $@
 
 playground: $(STAMP) $(PLAYGROUND_TOOLS)/.installed-stamp
@@ -117,8 +122,8 @@ grade: $(STAMP)
 	$(RUN) $(GRADER) grade $(SUBMISSIONS) --out $(or $(OUT),build/grading) $(if $(JOBS),--jobs $(JOBS),) \
 	  $(if $(CLUSTER),--cluster $(CLUSTER),) $(GRADE_ARGS)
 
-student-bundle: $(STAMP)
-	$(RUN) $(GRADER) bundle --out build/student-bundle.zip
+student-bundle: $(STAMP) playground
+	$(RUN) $(GRADER) bundle --out build/student-bundle.zip --site build/playground
 
 # JupyterLab at the course root (nbgrader's extension reads ./nbgrader_config.py there) with the
 # course kernel; raydata_grader.formgrader holds the command line. ARGS="--port 8899 --no-browser".

@@ -8,6 +8,7 @@ and the session-end check can prove that no Ray process outlived the suite.
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,29 @@ def sandbox_support():
             pytest.fail(f"{REQUIRE_SANDBOX_ENV}=1, but this machine cannot sandbox: {support.why}")
         pytest.skip(f"no sandbox on this machine ({support.why}): install bubblewrap to run the grader's tests")
     return support
+
+
+@pytest.fixture(scope="session")
+def playground_site():
+    """``make playground``, once per test run for all its workers (``support.playground_site``):
+    ``build/playground/`` and its build summary. The first build needs PyPI and the npm
+    registry, so only slow tests take this fixture."""
+    from support.playground_site import build_once
+
+    return build_once(Path(__file__).resolve().parents[1])
+
+
+@pytest.fixture(scope="session")
+def stand_in_bundle(tmp_path_factory):
+    """The student bundle as ``make student-bundle`` builds it, but with a stand-in for the
+    playground's site (``support.playground_site.stand_in_site``): no network, no site build."""
+    from raydata_grader.bundle import build_bundle
+    from support.playground_site import stand_in_site
+
+    root = Path(__file__).resolve().parents[1]
+    where = tmp_path_factory.mktemp("stand-in-bundle")
+    site = stand_in_site(where / "site", sorted((root / "playground").glob("*.ipynb")))
+    return build_bundle(where / "student-bundle.zip", root, site=site)
 
 
 @pytest.fixture(scope="session")

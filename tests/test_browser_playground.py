@@ -1,19 +1,19 @@
-"""The browser playground end to end: ``make playground`` builds the JupyterLite site, a
-static server serves it on 127.0.0.1, and headless Chromium (the same Playwright set-up as
+"""The browser playground end to end: ``make playground`` builds the JupyterLite site (once per
+test run, for every worker: ``support.playground_site``), a static server serves it on 127.0.0.1, and headless Chromium (the same Playwright set-up as
 ``tests/test_browser.py``) opens each playground notebook, runs all its cells in the Pyodide
 kernel, and waits for its SVG figures. No request the pages make may leave 127.0.0.1.
 
 Screenshots go to ``build/browser-playground/`` (ignored by git), with ``timings.json``: the
 site's size, and per notebook the seconds from opening it to its first figure (the first
 notebook's includes loading Pyodide and the wheels). One browser and one server serve the
-three notebooks in turn. Deselect with ``-m "not browser"``.
+three notebooks in turn. Deselect with ``-m "not browser"``. Both tests are slow: the first
+build needs PyPI and the npm registry, and installs the build tools (98 MB).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -33,20 +33,15 @@ FIGURES = {"04_backpressure_playground.ipynb": 1, "05_prefetch_playground.ipynb"
            "06_pull_vs_push_playground.ipynb": 3}
 KERNEL_TIMEOUT_MS = 240_000
 RUN_TIMEOUT_MS = 240_000
-BUILD_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="module")
-def site():
+def site(playground_site):
     """``make playground`` (offline once its downloads are cached in build/playground-cache)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(["make", "playground"], cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads((ROOT / "build" / "playground-cache" / "build-summary.json").read_text())
-    summary["make_playground_s"] = round(time.perf_counter() - t0, 1)
-    return summary
+    return playground_site
 
 
+@pytest.mark.slow
 def test_the_site_ships_only_its_wheels_and_never_falls_back_to_a_cdn(site):
     config = json.loads((SITE / "jupyter-lite.json").read_text())["jupyter-config-data"]
     kernel = config["litePluginSettings"]["@jupyterlite/pyodide-kernel-extension:kernel"]
@@ -70,6 +65,7 @@ def test_each_playground_notebook_runs_in_the_browser_and_draws_offline(site):
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    docs_run_id = (ROOT / "docs" / "lab" / "table.md").read_text().split()[2]  # "Lab run <id>"
     requests: list[str] = []
     timings = {"site_bytes": site["site_bytes"], "site_files": site["site_files"],
                "make_playground_s": site["make_playground_s"], "notebooks": {}}
@@ -99,6 +95,11 @@ def test_each_playground_notebook_runs_in_the_browser_and_draws_offline(site):
                 texts = [t for t in errors.all_text_contents() if "Error" in t or "Traceback" in t]
                 assert not texts, f"{name} raised: {texts[0][:2000]}"
                 assert panel.locator(".jp-OutputArea-output table").count() >= 1, f"{name}: its table is missing"
+                # the validation table (near the top: scroll back, the notebook renders its cells lazily)
+                panel.locator(".jp-Cell").first.scroll_into_view_if_needed()
+                validation = panel.locator(".jp-MarkdownCell", has_text="How close the model came to the lab")
+                validation.first.scroll_into_view_if_needed()
+                expect(validation.first).to_contain_text(docs_run_id, timeout=10_000)
                 figures.first.scroll_into_view_if_needed()
                 page.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}.png"))
                 timings["notebooks"][name] = {"kernel_idle_s": round(kernel_s, 1), "first_figure_s": round(first_s, 1),

@@ -31,6 +31,7 @@ import nbformat
 import psutil
 import pytest
 
+from support.playground_site import stand_in_site
 from support.tables import markdown_rows
 
 from raydata_course.classroom import self_check
@@ -205,8 +206,8 @@ def test_no_hidden_test_or_solution_in_exercises():
         assert find_secrets(path.read_text(), secrets) == [], path
 
 
-def test_student_bundle_holds_no_grader_material(tmp_path):
-    path = build_bundle(tmp_path / "bundle.zip", ROOT)
+def test_student_bundle_holds_no_grader_material(tmp_path, stand_in_bundle):
+    path = stand_in_bundle
     assert audit_bundle(path, ROOT) == []
     with zipfile.ZipFile(path) as z:
         names = {n.split("/", 1)[1] for n in z.namelist()}
@@ -276,12 +277,15 @@ def test_student_bundle_holds_no_grader_material(tmp_path):
 def test_student_bundle_refuses_answered_exercises(tmp_path):
     """An instructor who answered an exercise in place cannot ship the answers."""
     course = tmp_path / "course"
-    for name in ("chapters", "exercises", "solutions", "autograder/oracles", "autograder/mutants", "src/raydata_course"):
+    for name in ("chapters", "exercises", "solutions", "autograder/oracles", "autograder/mutants", "src/raydata_course",
+                 "playground"):
         shutil.copytree(ROOT / name, course / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "Makefile", course / "Makefile")
     answered = reference_submission("data01", course / "exercises" / "data01" / "data01.ipynb")
     nbformat.write(answered, course / "exercises" / "data01" / "data01.ipynb")
+    site = stand_in_site(tmp_path / "site", sorted((ROOT / "playground").glob("*.ipynb")))
     with pytest.raises(RuntimeError, match=r"answered or edited by hand\?\): exercises/data01/data01.ipynb\."):
-        build_bundle(tmp_path / "bundle.zip", course)
+        build_bundle(tmp_path / "bundle.zip", course, site=site)
     assert not (tmp_path / "bundle.zip").exists()
 
 

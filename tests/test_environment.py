@@ -51,6 +51,21 @@ def test_environment_yml_agrees_with_requirements():
     )
 
 
+def test_every_conda_path_registers_the_kernel_and_removes_slow_optional_as_make_setup_does():
+    """environment.yml's instructions, the README's and the student bundle's README name the
+    same kernel command as `make setup` and remove the Makefile's SLOW_OPTIONAL."""
+    from raydata_grader.bundle import slow_optional, student_file
+
+    package = slow_optional((ROOT / "Makefile").read_text())
+    kernel = "python -m raydata_course.jupyter --install-kernel"
+    assert f"$(BIN)/python -m raydata_course.jupyter --install-kernel" in (ROOT / "Makefile").read_text()
+    for name, text in [("environment.yml", (ROOT / "environment.yml").read_text()),
+                       ("README.md", (ROOT / "README.md").read_text()),
+                       ("the bundle's README.md", student_file("README.md", ROOT).decode())]:
+        assert kernel in text and f"pip uninstall -y {package}" in text, name
+        assert "ipykernel install" not in text, f"{name} registers the kernel another way than make setup"
+
+
 def test_both_packages_depend_only_on_pinned_distributions():
     """Every dependency the student package and the grader name is pinned in requirements.txt
     (the grader's own dependency on the student package aside)."""

@@ -93,3 +93,22 @@ def test_mutant_groups_keep_coupled_parts_and_side_effects_apart():
     assert all(len(g) == 1 for g in groups["data04"])
     components = part_components("data03", ROOT)
     assert components["predictor"] == components["predict_wine"] != components["evaluate"]
+
+
+def test_a_kernel_that_dies_after_every_grade_cell_keeps_its_grades(course_dir, ray_cluster):
+    """Every grade cell is judged by the time the tear-down runs: a kernel that dies there
+    (Ray's shutdown, or anything a submission left running) changes no grade. The death is
+    noted in the submission's metadata, and the cells after it are marked as not run."""
+    from raydata_grader.inert import recorded_caps
+
+    release = course_dir / "exercises" / "data01" / "data01.ipynb"
+    nb = reference_submission("data01", release)
+    answer = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+                  and c.cell_type == "code")
+    answer.source += "\nimport os as _os, raydata_course as _rc\n_rc.shutdown = lambda *a, **k: _os._exit(1)\n"
+    score = _grade(course_dir, ray_cluster, "data01", "dies-in-teardown", nb)
+    assert score.score == score.max_score > 0, score.cells
+    graded = nbformat.read(course_dir / "autograded" / "dies-in-teardown" / "data01" / "data01.ipynb", as_version=4)
+    assert any("after every graded cell had been run and judged: the grades stand" in n
+               for n in recorded_caps(graded.metadata)), graded.metadata
+    nbformat.validate(graded)  # markdown cells after the death got no outputs

@@ -37,18 +37,20 @@ def chapter_headings(chapter: str) -> set[str]:
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_every_graded_part_has_two_levels_and_a_chapter(assignment):
+def test_every_graded_part_has_three_levels_and_a_chapter(assignment):
     hints = load_hints()
     parts = graded_parts(assignment)
     assert parts == set(hints.get(assignment, {})), f"{assignment}: graded parts {sorted(parts)} vs hinted"
     for part in sorted(parts):
         entry = hints[assignment][part]
-        assert len(entry["levels"]) >= 2 and all(t.strip() for t in entry["levels"]), (assignment, part)
+        assert len(entry["levels"]) == 3 and all(t.strip() for t in entry["levels"]), (assignment, part)
         assert entry["see"], f"{assignment} {part}: the last level must name a chapter section"
         for chapter, heading in entry["see"]:
             assert heading in chapter_headings(chapter), f"{assignment} {part}: no section {heading!r} in chapter {chapter}"
         levels = hint_levels(assignment, part)
-        assert levels[-1].startswith("Reread chapter") and "chapters/" in levels[-1]
+        # the third level is a hint of its own, closer than the second, and then the chapter
+        assert levels[-1].startswith(entry["levels"][-1]) and "\n\nReread chapter" in levels[-1]
+        assert "chapters/" in levels[-1] and not entry["levels"][-1].startswith("Reread")
         assert len(levels) == len(set(levels)), "each level must say something new"
 
 

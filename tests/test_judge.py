@@ -190,6 +190,44 @@ def _check_with_note(k):
     return f"double(21) came back in one call; the margin is {'x' * 1000}"
 
 
+def test_oracles_that_failed_to_import_in_their_thread_are_loaded_once_more(tmp_path):
+    """A package imported from two threads at once can fail in one of them with
+    ModuleNotFoundError (python/cpython#83065; seen as scipy.spatial._kdtree in the judge's
+    loading thread): the load is tried once more, and its second outcome stands."""
+    calls = []
+
+    def flaky():
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            raise ModuleNotFoundError("No module named 'scipy.spatial._kdtree'")
+        return {"a_hidden": _check_double}
+
+    judge = Judge(flaky, tmp_path / "flaky.sock")
+    assert set(judge.checks) == {"a_hidden"} and set(judge.checks) == {"a_hidden"}
+    assert len(calls) == 2 and calls[0].startswith("judge-load") and not calls[1].startswith("judge-load")
+
+    def broken():
+        calls.append("broken")
+        raise ModuleNotFoundError("No module named 'not_installed'")
+
+    calls.clear()
+    judge = Judge(broken, tmp_path / "broken.sock")
+    for _ in range(3):  # tried twice in all, then the error stands
+        with pytest.raises(ModuleNotFoundError, match="not_installed"):
+            judge.checks
+    assert calls == ["broken", "broken"]
+
+    def wrong():
+        calls.append("wrong")
+        raise ValueError("an oracle's own error")
+
+    calls.clear()
+    judge = Judge(wrong, tmp_path / "wrong.sock")
+    with pytest.raises(ValueError):
+        judge.checks
+    assert calls == ["wrong"]  # not an import: not tried again
+
+
 def test_a_passing_check_may_leave_a_short_note_and_a_failing_one_only_its_reason(tmp_path):
     judge = _judge(tmp_path, a_hidden=_check_with_note)
     session = judge.open("a_hidden", 30)

@@ -22,18 +22,34 @@ def _config(**changes):
     return IngestConfig(**{**base, **changes})
 
 
+def _imports(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        yield from ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module] if isinstance(node, ast.ImportFrom) else [])
+
+
 def test_the_simulator_imports_nothing_that_pyodide_lacks():
-    """It must run in the browser: only the standard library, simpy and itself."""
-    allowed_roots = {"simpy", "raydata_course", "__future__", "collections", "dataclasses", "typing", "math", "html"}
+    """It must run in the browser: only the standard library, simpy, itself and the push
+    split's pure rules, which the browser wheel ships beside it (``PUSH_RULES``); those rules
+    import only the standard library and each other."""
+    from raydata_course.playground.site import PUSH_RULES
+
+    rules = {f"raydata_course.push_split.{name[:-3]}" for name in PUSH_RULES}
+    allowed_roots = {"simpy", "raydata_course", "__future__", "collections", "dataclasses", "typing", "math", "html",
+                     "statistics"}
     for path in SIM.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
-            for name in names:
-                root = name.split(".")[0]
-                assert root in allowed_roots, f"{path.name} imports {name}"
-                if root == "raydata_course":
-                    assert name.startswith("raydata_course.sim"), f"{path.name} imports {name}: sim depends on nothing of ours"
+        for name in _imports(path):
+            root = name.split(".")[0]
+            assert root in allowed_roots, f"{path.name} imports {name}"
+            if root == "raydata_course":
+                assert name.startswith("raydata_course.sim") or name in rules, \
+                    f"{path.name} imports {name}: sim depends on nothing of ours but the push split's pure rules"
+    for name in PUSH_RULES:
+        path = SIM.parent / "push_split" / name
+        for imported in _imports(path):
+            root = imported.split(".")[0]
+            assert root in allowed_roots | {"logging"} and (root != "raydata_course" or imported in rules), \
+                f"push_split/{name} imports {imported}: the browser has only the pure rules"
 
 
 @pytest.mark.parametrize("consumers", [1, 2])
@@ -150,7 +166,8 @@ def test_the_timeline_splits_the_store_and_reads_like_the_lab_sampler():
     ({"split": "broadcast"}, "split must be 'pull' or 'push', got 'broadcast'"),
     ({"consumers": 0}, "consumers must be at least 1, got 0"),
     ({"prefetch_batches": -1}, "prefetch_batches must be >= 0, got -1"),
-    ({"split": "push", "prefetch_batches": 0}, "needs at least 1, got 0"),
+    ({"split": "push", "send_s": -0.1}, "send_s must be >= 0 seconds, got -0.1"),
+    ({"split": "push", "control_interval_s": 0}, "control_interval_s must be positive seconds, got 0"),
     ({"budget_bytes": 0}, "budget_bytes must be positive, got 0"),
     ({"delay_s": -1.0}, "delay_s must be >= 0 seconds, got -1.0"),
     ({"free_period_s": 1.0, "free_phase_s": 1.0}, "free_phase_s must be below free_period_s (1.0 s), got 1.0"),
@@ -173,3 +190,45 @@ def test_a_window_ray_data_does_not_charge_lets_the_executor_run_ahead_by_it():
     assert max(uncharged.believed_bytes) <= budget + BLOCK
     assert max(uncharged.counted_bytes) >= budget + 2 * 4 * BLOCK - BLOCK  # two windows of 4 on top
     assert uncharged.peak_bytes > charged.peak_bytes
+
+
+def test_the_push_split_runs_the_coordinators_own_rules():
+    """One control rule, two users: the simulator's push side imports the coordinator's
+    window controller, flow and share; it does not copy them."""
+    from raydata_course.push_split import flow, window
+    from raydata_course.sim import push
+
+    assert push.WindowController is window.WindowController and push.SplitFlow is flow.SplitFlow
+    assert push.ExecutorShare is window.ExecutorShare and push.read_ahead_cap_bytes is window.read_ahead_cap_bytes
+
+
+def test_push_double_buffers_a_slow_consumer_within_the_budget():
+    """A producer that outruns its consumers: each window stays at its floor (one batch ready
+    beside the one in use), nobody waits after the first batch, and the store holds the
+    budget with the lazy free off."""
+    cfg = _config(split="push", consumers=2, delay_s=0.5, operators=[Operator("decode", 0.05, BLOCK)])
+    t = simulate(cfg)
+    assert t.batches == 60 and t.hidden_peak_bytes == 0
+    assert {w for ws in t.windows_batches for w in ws} == {1}
+    assert t.stall_fraction == 0.0 and t.wait_s_median == 0.0
+    assert t.peak_bytes <= cfg.budget_bytes + BLOCK
+
+
+def test_push_grows_the_window_of_a_stalled_consumer_the_producer_fills():
+    """A bursty producer (four decode slots, slow tasks) and a consumer that needs a batch
+    faster than one task makes one: the consumer stalls while its window fills between
+    bursts, so the controller grows it, never past what the budget leaves (W + 2R <= B)."""
+    cfg = _config(split="push", consumers=1, delay_s=0.0, step_s=0.1, batches_per_consumer=60,
+                  operators=[Operator("decode", 0.6, BLOCK)], task_slots=8, prefetch_batches=6)
+    t = simulate(cfg)
+    grown = max(max(ws) for ws in t.windows_batches)
+    assert grown > 1
+    assert (grown + 1) * BLOCK + 2 * BLOCK <= cfg.budget_bytes
+    assert t.batches == 60
+
+
+def test_push_warns_when_the_budget_cannot_hold_the_double_buffers():
+    """The controller's own warning, with the numbers, reaches the timeline (not the log)."""
+    t = simulate(_config(split="push", consumers=4, budget_bytes=4 * BLOCK, prefetch_batches=2, delay_s=0.1))
+    assert t.batches == 120
+    assert any("cannot hold the consumers' double buffers" in w for w in t.warnings)

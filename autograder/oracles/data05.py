@@ -35,9 +35,11 @@ from raydata_grader.input_shapes import about_input
 from raydata_grader.judge import judges
 from raydata_grader.remote import KernelRaised
 
-#: Longest a correct read of every shard may take on a loaded 2-core machine, in seconds
-#: (a correct answer needs a few seconds on a quiet one).
+#: Longest the readers of every shard may go without a block or a batch, in seconds (a
+#: correct read of all of them needs a few seconds on a quiet 2-core machine).
 SPLIT_TIMEOUT_S = 30.0
+#: any read gives up after this long in all, in seconds (split_checks.run_split_readers)
+SPLIT_TOTAL_S = split_checks.split_total_limit_s(SPLIT_TIMEOUT_S)
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,16 +147,18 @@ def visible_train_batches(k):
 
 def _epoch(k, ds, batch_size: int, epoch: int, device: str = "cpu"):
     """One epoch of the student's ``train_batches``: (all ids in arrival order, batch sizes,
-    devices seen, the ids of each batch)."""
+    devices seen, the ids of each batch, all labels in arrival order)."""
     batches = k.call(k.helper("collect"), k.student("train_batches")(ds, batch_size=batch_size, epoch=epoch, device=device))
-    ids, sizes, devices = [], [], set()
+    ids, sizes, devices, labels = [], [], set(), []
     for batch in batches:
         x, y = _check_xy(batch, f"train_batches(batch_size={batch_size})")
         devices |= {x.device, y.device}
         sizes.append(x.shape[0])
         if device != "meta":
             ids.append(split_checks.ids_from_features(x.values))
-    return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), sizes, devices, ids
+            labels.append(y.values)
+    return ((np.concatenate(ids) if ids else np.zeros(0, np.int64)), sizes, devices, ids,
+            np.concatenate(labels) if labels else np.zeros(0, np.int64))
 
 
 def _runs_in_order(batches: list) -> float:
@@ -164,9 +168,26 @@ def _runs_in_order(batches: list) -> float:
     return sum(bool((np.diff(b) == 1).all()) for b in long) / max(len(long), 1)
 
 
+def _null_label_blocks(num_rows: int, num_blocks: int, seed: int) -> tuple[list[pa.Table], np.ndarray]:
+    """Probe rows in ``num_blocks`` blocks of contiguous rows, with null labels in every other
+    block only (so that a pipeline that ignores them sees the label dtype change from block to
+    block, as chapter 05 shows): (the blocks, the ids of the rows that keep a label)."""
+    table = split_checks.id_probe_table(num_rows, seed=seed)
+    bounds = np.linspace(0, num_rows, num_blocks + 1).astype(int)
+    rng = np.random.default_rng(seed)
+    null = np.zeros(num_rows, dtype=bool)
+    for a, b in list(zip(bounds[:-1], bounds[1:]))[1::2]:
+        null[rng.choice(np.arange(a, b), size=3, replace=False)] = True
+    labels = table.column("label").to_numpy()
+    table = table.set_column(table.column_names.index("label"), "label", pa.array(labels, mask=null))
+    return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], np.flatnonzero(~null)
+
+
 @judges("train_batches_hidden", facts=[
     recomputed("every row once per epoch, full batches, rows mixed within batches, another order each epoch",
                "the judge reads each row's id from its features"),
+    recomputed("rows whose label is null never reach a batch; every other row does, once, with its own label, "
+               "in full batches", "a dataset whose labels are null in some blocks only"),
     recomputed("tensors arrive on the device asked for")])
 def check_train_batches(k):
     num_rows, num_blocks = 1003, 6
@@ -176,7 +197,7 @@ def check_train_batches(k):
         for epoch in (0, 1):
             with about_input(f"a dataset of {num_rows} digits in {num_blocks} blocks, batch_size={batch_size}, "
                                   f"epoch {epoch}"):
-                ids, sizes, _, per_batch = _epoch(k, ds, batch_size, epoch)
+                ids, sizes, _, per_batch, _ = _epoch(k, ds, batch_size, epoch)
                 cover = split_checks.row_coverage(ids, num_rows)
                 assert cover.exactly_once, (
                     f"In one epoch with batch_size={batch_size}, {cover.missing} row(s) were never "
@@ -200,8 +221,32 @@ def check_train_batches(k):
     assert not np.array_equal(orders[0], orders[1]) and compositions[0] != compositions[1], (
         "Epochs 0 and 1 put the same rows in the same batches: seed the local shuffle with the epoch."
     )
-    _, _, devices, _ = _epoch(k, ds, 128, 0, device="meta")
+    _, _, devices, _, _ = _epoch(k, ds, 128, 0, device="meta")
     assert devices == {"meta"}, "With another device, the batches did not arrive on it: pass device to iter_torch_batches."
+    _check_null_labels(k)
+
+
+def _check_null_labels(k):
+    """Rows with a null label are dropped before batching; every other row arrives once, with its label."""
+    num_rows, num_blocks, batch_size = 517, 5, 64
+    blocks, labelled = _null_label_blocks(num_rows, num_blocks, seed=4)
+    ds = k.module("ray.data").from_arrow(blocks)
+    with about_input(f"a dataset of {num_rows} digits in {num_blocks} blocks whose label is null in a few rows "
+                     f"of some blocks, batch_size={batch_size}, epoch 0"):
+        ids, sizes, _, _, labels = _epoch(k, ds, batch_size, 0)
+        reached = int(np.isin(ids, labelled, invert=True).sum())
+        assert reached == 0, (
+            f"{reached} row(s) whose label is null reached the training batches: a null label becomes a "
+            "number that is no class on its way to an int64 tensor. Drop those rows in the pipeline, before "
+            "batching (chapter 05, section 3, \"Labels with nulls\").")
+        delivered = np.sort(ids)
+        assert np.array_equal(delivered, labelled), (
+            f"Every row with a label must be seen exactly once: {len(np.setdiff1d(labelled, delivered))} row(s) "
+            f"with a label were never seen and {len(delivered) - len(np.unique(delivered))} were seen twice.")
+        assert np.array_equal(labels, ids % 10), "Each label must be the label of its own row."
+        assert split_checks.batches_full(sizes, batch_size), (
+            f"With rows dropped, every batch but one must still hold exactly batch_size rows; your batches held "
+            f"{sorted(set(sizes))} rows. Drop the rows before they are batched, not inside the collate.")
 
 
 # ------------------------------------------------------------------------------ part C
@@ -214,14 +259,18 @@ def _read_shards(k, ds, num_shards: int, watch=None) -> list:
         shards = k.call(k.module("raydata_course.chapters.ch05_split_checks").run_split_readers,
                         k.student("read_shards"), SPLIT_TIMEOUT_S, ds, num_shards)
         took_s = time.perf_counter() - start
-        assert took_s <= SPLIT_TIMEOUT_S + 15, (
-            f"read_shards took {took_s:.0f} s (timed by the grader), more than the {SPLIT_TIMEOUT_S:.0f} s allowed. "
+        # The kernel gives up on readers that get nothing for SPLIT_TIMEOUT_S, and on any read
+        # after SPLIT_TOTAL_S; the grader's clock checks the kernel kept to it.
+        assert took_s <= SPLIT_TOTAL_S + 15, (
+            f"read_shards took {took_s:.0f} s (timed by the grader), more than the "
+            f"{SPLIT_TOTAL_S:.0f} s allowed. "
             "Read the shards of a streaming_split at the same time, one thread per shard.")
         return shards
     except KernelRaised as exc:
         if exc.is_a("TimeoutError"):
             raise AssertionError(
-                f"read_shards did not finish within {SPLIT_TIMEOUT_S:.0f} s. The shards of a "
+                f"read_shards got nothing for {SPLIT_TIMEOUT_S:.0f} s, or did not finish within "
+                f"{SPLIT_TOTAL_S:.0f} s. The shards of a "
                 "streaming_split must be read at the same time (one thread per shard): a shard "
                 "read alone waits at the epoch barrier for the others forever."
             ) from None

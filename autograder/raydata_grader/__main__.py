@@ -13,7 +13,7 @@
                           lab (``make course``): ``--out DIR``, ``--skip-chapters``,
                           ``--skip-grading``, ``--skip-lab``
 ``bundle``                build the student zip and audit it (``make student-bundle``):
-                          ``--out FILE``
+                          ``--out FILE``, ``--site DIR`` (the built playground)
 ``jupyter``               JupyterLab with formgrader (``make jupyter``): ``--port N``,
                           ``--no-browser``, ``--grading DIR``, other ``jupyter lab`` options
 ``review [S A]``          list the points held for review in a grading folder (``--out DIR``),
@@ -24,7 +24,8 @@
                           check names no fact; ``--out FILE``)
 ========================  ===================================================================
 
-Exit status 0 on success; 1 when the job ran and failed (``course``), or when ``grade`` graded
+Exit status 0 on success; 1 when the job ran and failed (``course``; ``bundle``: the bundle would
+be stale, name what it lacks or leak grader material), or when ``grade`` graded
 nothing because every submission it found is missing or invalid (the rows say why); 2 on bad
 input (``grade``: a submissions folder that holds no submission, a cluster that refuses this
 process's token, no sandbox); 130 when ``grade`` was stopped (Ctrl-C, SIGTERM; what it graded so
@@ -78,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--skip-lab", action="store_true", help="do not run the quick lab")
     b = sub.add_parser("bundle", help="build the student zip and prove it holds no grader material")
     b.add_argument("--out", type=Path, default=Path("build/student-bundle.zip"))
+    b.add_argument("--site", type=Path, default=None,
+                   help="the built playground to ship (default build/playground, from `make playground`)")
     j = sub.add_parser("jupyter", help="JupyterLab on the course, with formgrader")
     j.add_argument("--port", type=int, default=None, help="listen on this port only")
     j.add_argument("--no-browser", action="store_true", help="do not open a web browser")
@@ -140,10 +143,16 @@ def _bundle(args) -> int:
     from raydata_course.units import MiB
     from raydata_grader.bundle import build_bundle
 
-    path = build_bundle(args.out)
+    try:
+        path = build_bundle(args.out, site=args.site)
+    except RuntimeError as exc:  # stale exercises, a name the bundle lacks, a leak: the message says which
+        print(f"[student-bundle] error: {exc}", file=sys.stderr)
+        return 1
     with zipfile.ZipFile(path) as z:
         names = z.namelist()
-    print(f"[student-bundle] wrote {path} ({path.stat().st_size / MiB:.1f} MiB, {len(names)} files); audit clean")
+        unpacked = sum(info.file_size for info in z.infolist())
+    print(f"[student-bundle] wrote {path} ({path.stat().st_size / MiB:.1f} MiB, {unpacked / MiB:.1f} MiB unpacked, "
+          f"{len(names)} files); every link and make target it names is in it; audit clean")
     return 0
 
 

@@ -1,6 +1,6 @@
 """``make student-bundle``: the zip that students get, and the proof that it leaks nothing.
 
-    python -m raydata_grader bundle [--out build/student-bundle.zip]
+    python -m raydata_grader bundle [--out build/student-bundle.zip] [--site build/playground]
 
 The zip holds one folder, ``streaming-ray-data/``, built from the two sides of the course by
 construction: everything on the student's side and nothing else.
@@ -10,7 +10,14 @@ construction: everything on the student's side and nothing else.
   ``requirements-lock.txt`` and ``environment.yml`` to install it;
 - ``chapters/`` and ``exercises/`` (nbgrader's release), and ``.pristine/exercises/``, an
   untouched copy of each release that the self-check compares the student's work with;
-- a student ``README.md`` and ``Makefile`` (``setup``, ``jupyter``, ``check``, ``lab-quick``).
+- ``playground/`` as in the course (the playground notebooks the chapters link, and the lab run
+  they are checked against), with the built JupyterLite site in ``playground/site/``;
+- a student ``README.md`` and ``Makefile`` (``setup``, ``jupyter``, ``check``, ``lab``,
+  ``lab-quick``, ``playground``), from ``student_edition/``, with the course's values filled
+  in (its kernel's name, the optional package its set-up removes).
+
+Every link and make command its notebooks and README name must be in the bundle
+(:mod:`raydata_grader.bundle_refs`), or it is not written.
 
 It never holds ``solutions/``, ``autograder/`` (this package, the hidden-test oracles,
 mutants, the nbgrader configuration), ``tests/`` or grading output. :func:`audit_bundle` proves
@@ -31,11 +38,12 @@ from pathlib import Path
 import nbformat
 
 from raydata_course.layout import KERNEL_DISPLAY_NAME
+from raydata_grader.bundle_refs import broken_references, makefile_targets
 from raydata_grader.mutants import load_mutants
 from raydata_grader.paths import instructor_root
 
-__all__ = ["PACKAGE", "SETUP_FILES", "changed_exercises", "build_bundle", "audit_bundle", "secret_lines",
-           "find_secrets", "html_text"]
+__all__ = ["PACKAGE", "SETUP_FILES", "SITE_DIR", "changed_exercises", "build_bundle", "audit_bundle", "secret_lines",
+           "find_secrets", "html_text", "slow_optional", "student_file", "check_site"]
 
 TOP = "streaming-ray-data"
 #: The student package, shipped whole.
@@ -50,102 +58,82 @@ MIN_SECRET_CHARS = 24
 GRADER_PACKAGE = "raydata_grader"
 GRADER_IMPORT = re.compile(rf"^\s*(from|import)\s+{GRADER_PACKAGE}\b", re.M)
 
-STUDENT_MAKEFILE = """# Streaming Ray Data, student edition.
-#   make setup        build .venv (Python 3.11) and register the course kernel
-#   make jupyter      open JupyterLab here with the course kernel
-#   make check A=data01   self-check a saved exercise: structure and visible tests
-#   make lab-quick    the training-ingest lab, CI-sized
-SHELL := /bin/bash
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
-BIN := .venv/bin
-STAMP := .venv/.installed-stamp
-RUN := PATH="$(CURDIR)/$(BIN):$$PATH"
-.PHONY: setup jupyter check lab-quick
+#: Where the student edition's Makefile and README come from (``@NAME@`` marks a value filled in).
+STUDENT_EDITION = Path(__file__).resolve().parent / "student_edition"
+#: Where the built playground site goes in the bundle; its sources stay in ``playground/``.
+SITE_DIR = "playground/site"
+#: The course's own build of the site (``make playground``).
+DEFAULT_SITE = Path("build") / "playground"
+_SLOW_OPTIONAL = re.compile(r"^SLOW_OPTIONAL\s*:?=\s*(.+?)\s*$", re.M)
+#: the lines around the part of the course's Makefile the student edition takes as it is
+_LAB_BEGIN, _LAB_END = "# >>> the lab", "# <<< the lab"
 
-$(STAMP): requirements.txt requirements-lock.txt pyproject.toml
-\t@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "The course needs Python 3.11, found " + sys.version.split()[0] + ": set PYTHON=/path/to/python3.11")'
-\ttest -x $(BIN)/python || $(PYTHON) -m venv .venv
-\t$(BIN)/python -m pip install --quiet --upgrade pip
-\t$(BIN)/python -m pip install --quiet -r requirements.txt -c requirements-lock.txt
-\t$(BIN)/python -m pip install --quiet --no-deps -e .
-\t$(BIN)/python -m raydata_course.jupyter --install-kernel
-\ttouch $(STAMP)
 
-setup: $(STAMP)
+def slow_optional(makefile: str) -> str:
+    """The packages the course's Makefile removes after installing (its ``SLOW_OPTIONAL``).
 
-jupyter: $(STAMP)
-\t$(RUN) $(BIN)/python -m raydata_course.jupyter $(ARGS)
+    Raises:
+        ValueError: the Makefile sets no ``SLOW_OPTIONAL``.
+    """
+    match = _SLOW_OPTIONAL.search(makefile)
+    if not match:
+        raise ValueError("the course's Makefile sets no SLOW_OPTIONAL: the student set-up would not know what to remove.")
+    return match.group(1)
 
-check: $(STAMP)
-\t@test -n "$(A)" || { echo "usage: make check A=data01 (the exercise to check)"; exit 2; }
-\t$(RUN) $(BIN)/python -m raydata_course.classroom check exercises/$(A)/$(A).ipynb
 
-lab-quick: $(STAMP)
-\t$(RUN) RAYDATA_COURSE_HEADLESS=1 $(BIN)/python -m raydata_course.lab --out build/lab-quick --quick
-"""
+def lab_rules(makefile: str) -> str:
+    """The part of the course's Makefile that runs the lab (``make lab``, ``QUICK=``, ``RAY=``),
+    between its ``# >>> the lab`` and ``# <<< the lab`` lines, markers included: the student
+    edition's Makefile takes it as it is, so the two run the lab one way.
 
-STUDENT_README = f"""# Streaming Ray Data: student edition
+    Raises:
+        ValueError: the Makefile lacks either marker.
+    """
+    start, end = makefile.find(_LAB_BEGIN), makefile.find(_LAB_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the course's Makefile has no '{_LAB_BEGIN}' ... '{_LAB_END}' part: the student edition "
+                         "would have no lab.")
+    return makefile[start:end + len(_LAB_END)]
 
-An executable course on Ray Data pipelines for ML training ingest, pinned to **Ray 2.60.0**.
-Read the chapters in order and solve the exercise with the same number.
 
-## Set up (once)
+def student_file(name: str, root: Path) -> bytes:
+    """The student edition's ``Makefile`` or ``README.md``, with the course's values filled in."""
+    makefile = (root / "Makefile").read_text()
+    values = {"@KERNEL_DISPLAY_NAME@": KERNEL_DISPLAY_NAME, "@SLOW_OPTIONAL@": slow_optional(makefile),
+              "@LAB_RULES@": lab_rules(makefile)}
+    text = (STUDENT_EDITION / name).read_text()
+    for key, value in values.items():
+        text = text.replace(key, value)
+    left = sorted(set(re.findall(r"@[A-Z_]+@", text)))
+    if left:
+        raise ValueError(f"student_edition/{name} has no value for {', '.join(left)}.")
+    return text.encode()
 
-You need Python 3.11 and `make` (Linux or macOS):
 
-```bash
-make setup      # builds .venv from requirements.txt (pins in requirements-lock.txt), about 1 GB of wheels,
-                # installs the raydata_course package and registers the "{KERNEL_DISPLAY_NAME}" kernel
-make jupyter    # opens JupyterLab here with the course kernel
-```
-
-With conda instead:
-
-```bash
-conda env create -f environment.yml && conda activate streaming-ray-data
-python -m raydata_course.jupyter --install-kernel   # registers the course kernel
-jupyter lab
-```
-
-## Work on an exercise
-
-- `chapters/NN_topic.ipynb` teach; `exercises/dataNN/dataNN.ipynb` are the exercises.
-- Write your code where it says `# YOUR CODE HERE` and delete the `raise NotImplementedError()`.
-- Each part has a visible test you can run and a hidden test that only the grader runs, on
-  other inputs. Do not edit, delete, copy or retype test cells; keep the kernel "{KERNEL_DISPLAY_NAME}".
-- **Check before you submit.** Save the notebook, then run in a new cell
-
-  ```python
-  import raydata_course.classroom as classroom
-  classroom.self_check()
-  ```
-
-  or, in a terminal, `make check A=data01`. It checks the saved notebook's structure against
-  the exercise as released (kept in `.pristine/`), runs the visible tests in a fresh kernel, and
-  tells you what to fix. It cannot show hidden tests: you do not have them.
-- The notebook toolbar's **Validate** button runs the visible tests too, as the grader does:
-  a test fails only when it raises (Ray's log lines do not count), with the grader's per-cell
-  limit (`nbgrader_config.py` here sets this up).
-- Terminal commands other than `make` use the course's environment: run them as
-  `.venv/bin/python ...`, or `source .venv/bin/activate` first.
-- Submit `exercises/dataNN/dataNN.ipynb` as your instructor asks (the folder, or a zip named
-  after you holding `dataNN/dataNN.ipynb`).
-
-## The training-ingest lab
-
-`make lab-quick` runs the lab of chapter 6 at CI size on CPU.
-"""
+def check_site(site: Path, notebooks: list[str]) -> None:
+    """Raise FileNotFoundError, in one line, unless ``site`` is a built playground holding every
+    playground notebook (``files/<name>``)."""
+    needed = ["index.html", "lab/index.html", "jupyter-lite.json", *(f"files/{name}" for name in notebooks)]
+    missing = [name for name in needed if not (site / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"the student bundle ships the browser playground, but {site} lacks {', '.join(missing[:4])}: "
+            "build it first with `make playground` (the first build needs PyPI and the npm registry).")
 
 
 def _rel(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _tree(root: Path, folder: str) -> list[tuple[str, bytes]]:
+def _tree(root: Path, folder: str, *, skip: tuple[str, ...] = ()) -> list[tuple[str, bytes]]:
     base = root / folder
     return [(_rel(p, root), p.read_bytes()) for p in sorted(base.rglob("*"))
-            if p.is_file() and p.suffix not in (".pyc", ".pyo")
+            if p.is_file() and p.suffix not in (".pyc", ".pyo") and not _rel(p, root).startswith(skip)
             and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(base).parts)]
+
+
+def _site_files(site: Path) -> list[tuple[str, bytes]]:
+    return [(f"{SITE_DIR}/{_rel(p, site)}", p.read_bytes()) for p in sorted(site.rglob("*")) if p.is_file()]
 
 
 def changed_exercises(root: str | Path | None = None) -> list[str]:
@@ -177,15 +165,26 @@ def changed_exercises(root: str | Path | None = None) -> list[str]:
     return changed
 
 
-def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
-    """Write the student zip to ``out`` and audit it.
+def build_bundle(out: str | Path, root: str | Path | None = None, *, site: str | Path | None = None) -> Path:
+    """Write the student zip to ``out``, check that it holds what it names, and audit it.
+
+    Args:
+        out: the zip to write.
+        root: the course; default the instructor's checkout.
+        site: the built playground (``make playground``), shipped as ``playground/site/``;
+            default ``<root>/build/playground``.
 
     Raises:
+        FileNotFoundError: ``site`` is not a built playground holding every playground notebook.
         RuntimeError: if ``exercises/`` is not the current release of ``solutions/`` (see
-            :func:`changed_exercises`), or the audit finds anything that must not reach students.
+            :func:`changed_exercises`), a bundled notebook or the README names a file or a make
+            target the bundle lacks (:func:`~raydata_grader.bundle_refs.broken_references`), or
+            the audit finds anything that must not reach students.
     """
     root = Path(root or instructor_root())
     out = Path(out)
+    site = Path(site) if site is not None else root / DEFAULT_SITE
+    check_site(site, sorted(p.name for p in (root / "playground").glob("*.ipynb")))
     stale = changed_exercises(root)
     if stale:
         raise RuntimeError(
@@ -193,8 +192,8 @@ def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
             f"{', '.join(stale)}. Run `make release` (or `git checkout exercises/`) and build again."
         )
     files: list[tuple[str, bytes]] = [
-        ("README.md", STUDENT_README.encode()),
-        ("Makefile", STUDENT_MAKEFILE.encode()),
+        ("README.md", student_file("README.md", root)),
+        ("Makefile", student_file("Makefile", root)),
     ]
     for name in SETUP_FILES:
         if (root / name).is_file():
@@ -204,6 +203,12 @@ def build_bundle(out: str | Path, root: str | Path | None = None) -> Path:
     files += exercises
     files += [(f".pristine/{name}", data) for name, data in exercises if name.endswith(".ipynb")]
     files += _tree(root, PACKAGE)
+    files += _tree(root, "playground", skip=(SITE_DIR,)) + _site_files(site)
+    contents = dict(files)
+    broken = broken_references(contents, lambda name: contents[name].decode(), skip=(f"{SITE_DIR}/",),
+                               other_targets=makefile_targets((root / "Makefile").read_text()))
+    if broken:
+        raise RuntimeError("the student bundle names what it does not hold:\n  " + "\n  ".join(broken))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:

@@ -218,6 +218,9 @@ class Judge:
                  log: Callable[[str], None] | None = None, outside=None):
         from concurrent.futures import Future, ThreadPoolExecutor
 
+        self._load = checks if callable(checks) else None
+        self._reloaded = False  # a failed import was loaded once more (see checks)
+        self._reload_lock = threading.Lock()
         if callable(checks):
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="judge-load")
             self._checks: Future = pool.submit(checks)
@@ -240,10 +243,34 @@ class Judge:
     def checks(self) -> dict[str, Check]:
         """``{grade_id: check}`` (waits for them to be loaded).
 
+        Loading them in a thread of their own imports modules while the grading process
+        imports others. A package imported from two threads at once can fail in one of them
+        with ``ModuleNotFoundError`` for a submodule that is there (CPython's import is not
+        thread-safe for packages whose submodules import each other, python/cpython#83065; seen
+        once: ``scipy.spatial._kdtree``, under ``sklearn.datasets``, which lost a whole
+        notebook's hidden points). So a load that failed with an ``ImportError`` is tried once
+        more, in the calling thread, before its error stands.
+
         Raises:
-            Exception: whatever loading the oracles raised.
+            Exception: whatever loading the oracles raised, the second time for an ``ImportError``.
         """
-        return self._checks.result()
+        from concurrent.futures import Future
+
+        try:
+            return self._checks.result()
+        except ImportError:
+            if self._load is None:
+                raise
+            with self._reload_lock:
+                if not self._reloaded:
+                    self._reloaded = True
+                    again: Future = Future()
+                    try:
+                        again.set_result(self._load())
+                    except BaseException as exc:  # kept, as the first failure was
+                        again.set_exception(exc)
+                    self._checks = again
+            return self._checks.result()
 
     def open(self, grade_id: str, timeout_s: float) -> _Session:
         """Start judging ``grade_id``: wait for the kernel's hello, then run its check.

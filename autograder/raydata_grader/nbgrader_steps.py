@@ -38,11 +38,13 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, SaveAutoGrades
+from nbclient.exceptions import DeadKernelError
 from nbgrader.utils import is_grade
 from traitlets import Bool, Integer, Unicode
 
 from raydata_course.layout import PROGRESS_ENV
 from raydata_grader.inert import GRADER_KEY, record_cap
+from raydata_grader.outcome import where_running
 from raydata_grader.output_caps import LimitOutputSize, output_chars as _output_chars, shrunk_error as _shrunk_error
 
 __all__ = ["TrackedExecute", "StderrToStdout", "LimitOutputSize", "JudgedGrades", "HideHiddenTests", "GraderNotes",
@@ -190,6 +192,7 @@ class TrackedExecute(Execute):
                                  "unsandboxed kernel. Grade students' submissions with `make grade`.", assignment)
             resources.setdefault("raydata_grader", {})["verdicts"] = judge.verdicts
             self._judge_now = judge
+            self._died_at = None
             nb.get("metadata", {}).pop(GRADER_KEY, None)  # only the grader writes its notes
             nb, resources = super().preprocess(nb, resources, km)
             dropped = sum(self._dropped.values())
@@ -210,9 +213,36 @@ class TrackedExecute(Execute):
                 json.dump(record, f)
             os.replace(tmp, path)
 
+    def _after_every_grade_cell(self, index: int) -> bool:
+        """Whether every grade cell of the notebook comes before cell ``index`` (and so has
+        been run and judged by the time cell ``index`` runs)."""
+        return all(i < index for i, c in enumerate(self.nb.cells) if c.get("cell_type") == "code" and is_grade(c))
+
     def preprocess_cell(self, cell, resources, index):
+        if getattr(self, "_died_at", None) is not None:
+            if cell.get("cell_type") != "code":
+                return cell, resources
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+                f"(not run: the kernel died in {self._died_at}, after every graded cell)\n"))]
+            return cell, resources
         self._progress(index, cell, False)
-        cell, resources = super().preprocess_cell(cell, resources, index)
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            if not self._after_every_grade_cell(index):
+                raise  # grade cells were still to run: nothing is graded (outcome.py says where)
+            # Every grade cell has its verdict already, in this process: a kernel that dies in
+            # the cells after them (Ray's shutdown in the tear-down, or anything a submission
+            # left running) changes no grade, so the grades stand and the death is noted.
+            self._died_at = where_running({"index": index,
+                                           "grade_id": cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")})
+            cell.outputs = list(cell.get("outputs", [])) + [nbformat.v4.new_output(
+                "stream", name="stdout", text=f"\n(the kernel died while this cell ran, after every graded cell: "
+                                              "the grades stand)\n")]
+            record_cap(self.nb, f"the kernel died while running {self._died_at}, after every graded cell had been "
+                                "run and judged: the grades stand; nothing after it ran")
+            self.log.warning("The kernel died in %s, after every graded cell: the grades stand.", self._died_at)
+            return cell, resources
         if self._dropped.get(index):
             cell.outputs.append(nbformat.v4.new_output(
                 "stream", name="stdout",

@@ -23,7 +23,9 @@ __all__ = ["MEMORY_ERRORS", "classify", "read_json", "without_folders"]
 MEMORY_ERRORS = ("MemoryError", "OutOfMemoryError", "ObjectStoreFullError")
 
 
-def _where(progress: dict | None) -> str:
+def where_running(progress: dict | None) -> str:
+    """Words for the cell a progress record (``{"index", "grade_id", ...}``) names: its grade
+    id, or its place counted from 1; "before the first cell" without a record."""
     if not progress:
         return "before the first cell"
     gid = progress.get("grade_id")
@@ -96,16 +98,16 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
     """
     if outcome.killed == "timeout":
         return "timeout", 0.0, {}, [f"stopped after the per-notebook limit of {options.notebook_timeout_s} s, "
-                                    f"while running {_where(progress)} (nothing was graded)"]
+                                    f"while running {where_running(progress)} (nothing was graded)"]
     if outcome.killed == "memory":
         return "crashed", 0.0, {}, [f"stopped for using {outcome.peak_bytes / GiB:.1f} GiB, over the memory limit of "
-                                    f"{options.memory_bytes / GiB:.1f} GiB, while running {_where(progress)} (nothing was graded)"]
+                                    f"{options.memory_bytes / GiB:.1f} GiB, while running {where_running(progress)} (nothing was graded)"]
     if not result or not result.get("success"):
         log = (result or {}).get("log", "")
         oom_kills = int(((result or {}).get("sandbox") or {}).get("oom_kills") or 0)
         if oom_kills:
             return "crashed", 0.0, {}, [
-                f"the notebook ran out of memory while running {_where(progress)}: its processes (the kernel and "
+                f"the notebook ran out of memory while running {where_running(progress)}: its processes (the kernel and "
                 f"Ray's) passed the limit of {options.memory_bytes / GiB:.1f} GiB together, and the sandbox stopped "
                 "one of them: nothing after it ran, nothing was graded"]
         if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
@@ -114,19 +116,19 @@ def classify(result: dict | None, outcome, progress: dict | None, options,
                 # nbgrader interrupts a cell at the limit; a kernel interrupted inside Ray's
                 # client code can die of it (measured: data02's hidden tests under a short limit).
                 return "timeout", 0.0, {}, [
-                    f"{_where(progress)} ran past the per-cell limit of {options.cell_timeout_s} s, and the kernel "
+                    f"{where_running(progress)} ran past the per-cell limit of {options.cell_timeout_s} s, and the kernel "
                     "died when it was interrupted (Ray code stopped in the middle of a call can take the "
                     "kernel down): nothing after it ran, nothing was graded"]
-            why = (f"the kernel died while running {_where(progress)} (os._exit(), sys.exit() in a subprocess, a crash in "
+            why = (f"the kernel died while running {where_running(progress)} (os._exit(), sys.exit() in a subprocess, a crash in "
                    "native code, or running out of memory): nothing after it ran, nothing was graded")
         elif "Timeout waiting for IOPub output" in log and _ignored_interrupt(log, outcome, progress, options):
             return "timeout", 0.0, {}, [
-                f"{_where(progress)} ran past the per-cell limit of {options.cell_timeout_s} s and ignored the "
+                f"{where_running(progress)} ran past the per-cell limit of {options.cell_timeout_s} s and ignored the "
                 f"interrupt the grader sent it then (code that catches or ignores KeyboardInterrupt or SIGINT, "
                 f"or a loop in native code that never returns to Python): after {IOPUB_TIMEOUT_S} s more the "
                 "kernel was stopped. Nothing after it ran, nothing was graded"]
         elif "Timeout waiting for IOPub output" in log:
-            why = (f"the kernel stopped sending output for {IOPUB_TIMEOUT_S} s while running {_where(progress)}, "
+            why = (f"the kernel stopped sending output for {IOPUB_TIMEOUT_S} s while running {where_running(progress)}, "
                    "usually because the grading machine was overloaded: grade it again with --force")
         else:
             last = [ln for ln in log.strip().splitlines() if ln.strip()][-1:] or [f"exit status {outcome.returncode}"]

@@ -1,13 +1,13 @@
-"""Start, size and stop the course's embedded Ray cluster.
+"""Start and stop the course's embedded Ray cluster, and find its processes.
 
 Every notebook, the lab and the grader start Ray through :func:`setup`, so the course has
-one place that decides how big the local cluster is, where Ray keeps its files, whether
-Ray Data draws progress bars, and which Ray version is acceptable.
+one place that decides how big the local cluster is (:mod:`raydata_course.sizing`, whose
+names are re-exported here), where Ray keeps its files, whether Ray Data draws progress
+bars, and which Ray version is acceptable.
 
 Examples:
-    >>> size = ClusterSize(num_cpus=4, object_store_memory_bytes=512 * 1024**2)
-    >>> size.object_store_memory_bytes // 1024**2
-    512
+    >>> mentions_folder("raylet --temp-dir=/tmp/rdc-t12/session_1", "/tmp/rdc-t12")
+    True
 """
 
 from __future__ import annotations
@@ -22,8 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raydata_course._util import drop_known_noise
-from raydata_course.layout import HEADLESS_ENV, MACHINE_CPUS_ENV, RAY_VERSION_ENV, TEMP_ROOT_ENV
-from raydata_course.units import GiB, MiB
+from raydata_course.layout import HEADLESS_ENV, TEMP_ROOT_ENV
+from raydata_course.sizing import (
+    RAY_VERSION,
+    ClusterSize,
+    ClusterTooSmallError,
+    RayVersionError,
+    check_ray_version,
+    default_cluster_size,
+)
+from raydata_course.units import MiB
 
 __all__ = [
     "RAY_VERSION",
@@ -44,122 +52,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The Ray release the course is written and tested against.
-RAY_VERSION = "2.60.0"
-
 FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 
 # Ray puts unix sockets under its session folder; Linux limits a socket path to 107 bytes,
 # and Ray appends about 70 characters to the temp root.
 _MAX_TEMP_ROOT_CHARS = 36
-
-
-class RayVersionError(RuntimeError):
-    """The installed Ray is not the version the course is pinned to."""
-
-
-class ClusterTooSmallError(RuntimeError):
-    """The machine or the connected cluster lacks the CPUs or object-store bytes asked for."""
-
-
-@dataclass(frozen=True)
-class ClusterSize:
-    """How big the embedded local cluster is.
-
-    Attributes:
-        num_cpus: logical CPUs Ray may schedule on. It may exceed the physical core count:
-            Ray Data's read, map and consumer tasks are often I/O bound or sleeping.
-        object_store_memory_bytes: size of the shared-memory object store (plasma), in bytes.
-    """
-
-    num_cpus: int
-    object_store_memory_bytes: int
-
-
-def check_ray_version(expected: str | None = None) -> str:
-    """Check that the importable Ray is the course's pinned version.
-
-    Args:
-        expected: the version string that must match ``ray.__version__`` exactly; default
-            ``RAY_VERSION``, or ``$RAYDATA_COURSE_RAY_VERSION`` when set (the lab's
-            across-versions environment, built by ``make lab RAY=<version>``).
-
-    Returns:
-        The installed version string.
-
-    Raises:
-        RayVersionError: if Ray cannot be imported or its version differs.
-    """
-    expected = expected or os.environ.get(RAY_VERSION_ENV) or RAY_VERSION
-    try:
-        import ray
-    except ImportError as exc:  # pragma: no cover - exercised only without Ray
-        raise RayVersionError(
-            f"Ray is not installed in this Python ({sys.executable}). The course needs "
-            f"ray=={expected}: run `make setup` and choose the 'Python (raydata-course)' kernel."
-        ) from exc
-    if ray.__version__ != expected:
-        raise RayVersionError(
-            f"This course is pinned to Ray {expected}, but Ray {ray.__version__} is installed "
-            f"in {sys.executable}. Ray Data's behaviour changes between releases, so the "
-            f"notebooks' explanations and numbers would not hold. Run `make setup` (it builds "
-            f".venv with ray=={expected}) and select the 'Python (raydata-course)' kernel."
-        )
-    return ray.__version__
-
-
-def default_cluster_size(
-    *,
-    min_num_cpus: int = 4,
-    object_store_fraction: float = 0.25,
-    min_object_store_bytes: int = 256 * MiB,
-    max_object_store_bytes: int = 2 * GiB,
-) -> ClusterSize:
-    """Choose a cluster size that fits this machine.
-
-    The CPU count is the machine's logical CPU count, but at least ``min_num_cpus``, so that
-    a 2-core laptop can still run an actor pool next to read tasks. Where
-    ``RAYDATA_COURSE_MACHINE_CPUS`` is set (the grader sets it in every graded kernel), its
-    value counts as the machine's CPUs instead. The object store gets
-    ``object_store_fraction`` of the memory that is available now, clamped to
-    ``[min_object_store_bytes, max_object_store_bytes]``.
-
-    Args:
-        min_num_cpus: lower bound on logical CPUs.
-        object_store_fraction: share of currently available RAM for the object store.
-        min_object_store_bytes: smallest object store the course works with, in bytes.
-        max_object_store_bytes: largest object store the defaults ask for, in bytes.
-
-    Returns:
-        A :class:`ClusterSize`.
-
-    Raises:
-        ClusterTooSmallError: if less than twice ``min_object_store_bytes`` of RAM is
-            available (the object store plus Python workers would not fit).
-        ValueError: if ``RAYDATA_COURSE_MACHINE_CPUS`` is set to something other than a
-            positive whole number.
-    """
-    import psutil
-
-    available_bytes = psutil.virtual_memory().available
-    if available_bytes < 2 * min_object_store_bytes:
-        raise ClusterTooSmallError(
-            f"Only {available_bytes / MiB:.0f} MiB of RAM is available, and the course needs "
-            f"at least {2 * min_object_store_bytes / MiB:.0f} MiB (an object store of "
-            f"{min_object_store_bytes / MiB:.0f} MiB plus worker processes). Close other "
-            f"programs, or pass a smaller object_store_memory_bytes to setup()."
-        )
-    wanted = int(available_bytes * object_store_fraction)
-    object_store_bytes = max(min_object_store_bytes, min(max_object_store_bytes, wanted))
-    machine_cpus = os.cpu_count() or 1
-    if os.environ.get(MACHINE_CPUS_ENV):
-        value = os.environ[MACHINE_CPUS_ENV]
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{MACHINE_CPUS_ENV}={value!r}: it must be a whole number of CPUs, at least 1 "
-                             f"(or unset, to count this machine's {machine_cpus}).")
-        machine_cpus = int(value)
-    num_cpus = max(min_num_cpus, machine_cpus)
-    return ClusterSize(num_cpus=num_cpus, object_store_memory_bytes=object_store_bytes)
 
 
 def default_temp_root() -> str:
@@ -255,6 +152,8 @@ def _check_temp_root(root: str) -> None:
 _START_ATTEMPTS = 3
 #: The arguments of the last :func:`setup` that started a local cluster in this process (for :func:`restart`).
 _LAST_LOCAL_START: dict[str, Any] | None = None
+#: the address of the local cluster :func:`setup` started in this process, if it did
+_STARTED_HERE_ADDRESS: str | None = None
 
 
 def setup(
@@ -355,7 +254,8 @@ def setup(
                     raise
                 ray.shutdown()
         started_here = True
-        global _LAST_LOCAL_START
+        global _LAST_LOCAL_START, _STARTED_HERE_ADDRESS
+        _STARTED_HERE_ADDRESS = ray.get_runtime_context().gcs_address
         _LAST_LOCAL_START = {"num_cpus": num_cpus, "object_store_memory_bytes": object_store_memory_bytes, "seed": seed,
                              "temp_root": temp_root, "progress_bars": progress_bars, "system_config": system_config,
                              "require_num_cpus": require_num_cpus,
@@ -394,15 +294,50 @@ def setup(
     return session
 
 
-def shutdown() -> None:
+def shutdown(wait_s: float = 20.0) -> None:
     """Disconnect from Ray, and stop the local cluster if :func:`setup` started one.
 
+    First it stops Ray Data's executions still running in this process and waits up to
+    ``wait_s`` seconds for threads that may be in a Ray call, such as a ``streaming_split``
+    reader a time limit gave up on (:func:`raydata_course.ray_threads.settle`): Ray ends the
+    process when a thread calls it after ``ray.shutdown()``. If one is still running then and
+    this process reached a running cluster (``RAY_ADDRESS``), it stays connected until the
+    process exits and says so; a local cluster this process started is always stopped.
+
     Safe to call when Ray is not running.
+
+    Args:
+        wait_s: the longest wait for those threads, in seconds (>= 0).
+
+    Raises:
+        ValueError: if ``wait_s`` is negative.
     """
     import ray
 
-    if ray.is_initialized():
-        ray.shutdown()
+    from raydata_course.ray_threads import settle
+
+    if wait_s < 0:
+        raise ValueError(f"wait_s must be >= 0, got {wait_s!r}.")
+    if not ray.is_initialized():
+        return
+    left = settle(wait_s)
+    address = _current_address()
+    if left and _STARTED_HERE_ADDRESS != address:
+        print(f"raydata_course.shutdown: {len(left)} thread(s) still in Ray calls "
+              f"({', '.join(sorted({t.name for t in left}))}); this process stays connected to "
+              f"{address} until it exits (disconnecting now would end it).", file=sys.stderr)
+        return
+    ray.shutdown()
+
+
+def _current_address() -> str | None:
+    """The GCS address this process is connected to, or None."""
+    import ray
+
+    try:
+        return ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 - not connected
+        return None
 
 
 def restart() -> CourseSession:

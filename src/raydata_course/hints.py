@@ -1,21 +1,21 @@
-"""Progressive hints for the exercises: a nudge first, a closer hint next, the chapter last.
+"""Progressive hints for the exercises: a nudge, a pointer, and the closest hint with the chapter.
 
 In an exercise notebook::
 
-    rc.hint("data02", "B")            # the first hint for Part B
-    rc.hint("data02", "B", level=2)   # a closer one
-    rc.hint("data02", "B", level=3)   # the chapter sections to reread
+    rc.hint("data02", "B")            # the first hint for Part B: a nudge
+    rc.hint("data02", "B", level=2)   # a pointer to the API or the idea
+    rc.hint("data02", "B", level=3)   # the closest one, and the chapter sections to reread
 
 The hints live in ``hints.toml`` beside this module and ship with the package. None of them
 holds the answer's code: a test compares every hint with the reference answers' lines, and
-checks that each graded part has at least two hint levels and that every section a hint
-names exists in its chapter.
+checks that each graded part has three levels and that every section a hint names exists in
+its chapter.
 
 Examples:
     >>> h = hint("data01", "b")
     >>> (h.assignment, h.part, h.level, h.levels)
     ('data01', 'B', 1, 3)
-    >>> hint("data01", "B", level=3).text.startswith("Reread chapter 01")
+    >>> "Reread chapter 01" in hint("data01", "B", level=3).text
     True
 """
 
@@ -97,7 +97,7 @@ def _see_text(see: list[list[str]]) -> str:
 
 
 def hint_levels(assignment: str, part: str) -> list[str]:
-    """Every level of one part's hints, in order; the last one names the chapter sections.
+    """Every level of one part's hints, in order; the last one also names the chapter sections.
 
     Raises:
         ValueError: if ``assignment`` or ``part`` has no hints (the message lists those that do).
@@ -110,12 +110,14 @@ def hint_levels(assignment: str, part: str) -> list[str]:
     if key not in parts:
         raise ValueError(f"{assignment} has no Part {part!r}: its parts are {', '.join(sorted(parts))}.")
     entry = parts[key]
-    return [*entry["levels"], _see_text(entry["see"])]
+    *first, last = entry["levels"]
+    return [*first, f"{last}\n\n{_see_text(entry['see'])}"]
 
 
 def hint(assignment: str, part: str, level: int = 1) -> Hint:
-    """A hint for one part of an exercise: level 1 is a nudge, each level says more, and the
-    last names the chapter sections to reread. No level gives the answer's code.
+    """A hint for one part of an exercise: level 1 is a nudge, level 2 points to the API or the
+    idea, level 3 is the closest and names the chapter sections to reread. No level gives the
+    answer's code.
 
     Args:
         assignment: the exercise, e.g. ``"data02"``.

@@ -1,7 +1,8 @@
 """A correct answer written from chapter 05 in another style: a NumPy-batch collate (np.stack of
 the object array), train_batches as a generator over iter_torch_batches, shards read by plain
-threading.Thread workers that collect per-batch id arrays, and a training loop that moves the
-model to the device and sets train mode."""
+threading.Thread workers that collect per-batch id arrays, null labels dropped by an Arrow
+map_batches as chapter 05 does it, and a training loop that moves the model to the device and
+sets train mode."""
 ANSWERS = {
     "collate_answer": '''
 class DigitsCollate(NumpyBatchCollateFn):
@@ -15,9 +16,18 @@ class DigitsCollate(NumpyBatchCollateFn):
         return torch.from_numpy(features), torch.from_numpy(labels)
 ''',
     "train_batches_answer": '''
+import pyarrow.compute as pc
+
+
+def drop_null_labels(table):
+    """Keep the rows whose label is not null (an Arrow batch: the label stays int64)."""
+    return table.filter(pc.is_valid(table["label"]))
+
+
 def train_batches(ds, *, batch_size: int, epoch: int, device="cpu"):
-    """One shuffled epoch of (features, labels) batches of ds on device."""
-    batches = ds.iter_torch_batches(
+    """One shuffled epoch of (features, labels) batches of ds on device, without null labels."""
+    labelled = ds.map_batches(drop_null_labels, batch_format="pyarrow")
+    batches = labelled.iter_torch_batches(
         batch_size=batch_size,
         collate_fn=DigitsCollate(),
         local_shuffle_buffer_size=batch_size * 8,

@@ -11,7 +11,11 @@
 - :mod:`.ch05_split_checks`: rows whose features spell their id, row coverage, and reading
   ``streaming_split`` iterators under a deadline.
 - :mod:`.ch07_ingest_tuning`: photo shards with an unused column, the decode and augment
-  UDFs, one measured training epoch, how shuffled an order is, and ``ds.stats()`` as a table.
+  UDFs, one measured training epoch, how shuffled an order is, how many tasks ran at once.
+- :mod:`.ch07_stats`: Ray Data's stats text as numbers: ``ds.stats()`` per operator, an
+  iterator's blocked time per stage, the map tasks' heap peak.
+- :mod:`.ch07_decide`: repeated epochs of one configuration, and the rule that keeps a step
+  only if its median beats the kept one's by more than their spread.
 
 Measurement lives in :mod:`raydata_course.measure`; showing source in :mod:`raydata_course.show`.
 """

@@ -6,9 +6,10 @@ Chapter 05, exercise data05 and its grader share this module:
   out the row's id, so that a check can tell from the *features* alone which rows a
   training loop saw, :func:`row_coverage` to count missing and repeated rows, and
   :func:`batches_full` for the sizes of one epoch's batches, in any order;
-- :func:`run_with_timeout`: run a call that may block forever and give up after a deadline;
-  :func:`run_split_readers` does the same for code that reads ``streaming_split``
-  iterators, and on a timeout also ends the blocked readers, so nothing stays stuck.
+- :func:`run_with_timeout` and :func:`run_split_readers` (from
+  :mod:`~raydata_course.chapters.ch05_split_readers`, re-exported here): run a call that may
+  block forever, or code that reads ``streaming_split`` iterators, and give up after a
+  deadline, ending the blocked readers so nothing stays stuck.
 
 Examples:
     >>> from raydata_course.chapters.ch05_torch_ingest import digits_arrays
@@ -22,14 +23,19 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pyarrow as pa
 
+from raydata_course.chapters.ch05_split_readers import (
+    run_split_readers,
+    run_with_timeout,
+    split_total_limit_s,
+    track_split_coordinators,
+    track_split_progress,
+)
 from raydata_course.chapters.ch05_torch_ingest import DIGITS_NUM_CLASSES, DIGITS_NUM_FEATURES, DIGITS_PIXEL_MAX
 
 __all__ = [
@@ -40,7 +46,9 @@ __all__ = [
     "batches_full",
     "run_with_timeout",
     "track_split_coordinators",
+    "track_split_progress",
     "run_split_readers",
+    "split_total_limit_s",
 ]
 
 #: Leading pixels of a probe row that spell its id, in base 17 (pixels are 0-16).
@@ -167,156 +175,3 @@ def batches_full(sizes: Iterable[int], batch_size: int) -> bool:
     """
     ordered = sorted(int(s) for s in sizes)
     return bool(ordered) and 0 < ordered[0] <= batch_size and all(s == batch_size for s in ordered[1:])
-
-
-def run_with_timeout(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn(*args, **kwargs)`` in a daemon thread; wait at most ``timeout_s`` seconds.
-
-    Use it for a call that may block forever, such as reading one ``streaming_split``
-    iterator while its siblings are never read (every split must reach the epoch barrier in
-    ``SplitCoordinator.start_epoch``, ``ray/data/_internal/iterator/stream_split_iterator.py``).
-
-    .. warning::
-        Python cannot stop a thread. After a timeout the call keeps running (or stays
-        blocked) in the background until the process ends or something unblocks it.
-
-    Args:
-        fn: the callable.
-        timeout_s: how long to wait, in seconds (> 0).
-        *args: positional arguments for ``fn``.
-        **kwargs: keyword arguments for ``fn``.
-
-    Returns:
-        What ``fn`` returned.
-
-    Raises:
-        TimeoutError: if ``fn`` has not returned after ``timeout_s`` seconds.
-        ValueError: if ``timeout_s`` is not positive.
-        Exception: whatever ``fn`` raised, re-raised here.
-
-    Examples:
-        >>> import time
-        >>> run_with_timeout(sum, 5.0, [1, 2, 3])
-        6
-        >>> run_with_timeout(time.sleep, 0.05, 1.0)
-        Traceback (most recent call last):
-        ...
-        TimeoutError: sleep did not return within 0.05 s (it may be blocked; it keeps running in the background).
-    """
-    name, thread, outcome = _start_in_thread("run_with_timeout", fn, timeout_s, args, kwargs)
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(
-            f"{name} did not return within {timeout_s:g} s (it may be blocked; it keeps running "
-            "in the background)."
-        )
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
-
-
-@contextlib.contextmanager
-def track_split_coordinators():
-    """Record the ``SplitCoordinator`` actors that ``streaming_split`` creates in this block.
-
-    ``Dataset.streaming_split`` calls ``StreamSplitDataIterator.create``
-    (``ray/data/_internal/iterator/stream_split_iterator.py``), which starts one coordinator
-    actor per split call; every iterator of that call holds it as ``_coord_actor``. Inside the
-    ``with`` block, ``create`` is wrapped so that each new coordinator's handle is appended to
-    the yielded list; the original is restored on exit.
-
-    Yields:
-        The list of coordinator actor handles created so far (it grows while the block runs).
-    """
-    from ray.data._internal.iterator.stream_split_iterator import StreamSplitDataIterator
-
-    created: list = []
-    original = StreamSplitDataIterator.create
-
-    def create(base_dataset, n, locality_hints):
-        iterators = original(base_dataset, n, locality_hints)
-        if iterators:
-            created.append(iterators[0]._coord_actor)
-        return iterators
-
-    StreamSplitDataIterator.create = staticmethod(create)
-    try:
-        yield created
-    finally:
-        StreamSplitDataIterator.create = staticmethod(original)
-
-
-def run_split_readers(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn(*args, **kwargs)``, which reads ``streaming_split`` iterators, with a deadline.
-
-    Like :func:`run_with_timeout`, but on a timeout it also ends the readers that are still
-    blocked: it kills the ``SplitCoordinator`` actors that ``fn`` created (see
-    :func:`track_split_coordinators`), so each blocked ``iter_batches`` raises
-    ``ActorDiedError`` and its thread finishes. Without that, a reader stuck at the epoch
-    barrier would stay in a Ray call until the process exits, and could take the process down
-    when Ray shuts down.
-
-    Args:
-        fn: a callable that creates and reads ``streaming_split`` iterators.
-        timeout_s: how long to wait, in seconds (> 0).
-        *args: positional arguments for ``fn``.
-        **kwargs: keyword arguments for ``fn``.
-
-    Returns:
-        What ``fn`` returned.
-
-    Raises:
-        TimeoutError: if ``fn`` has not returned after ``timeout_s`` seconds; its split
-            coordinators have then been killed.
-        ValueError: if ``timeout_s`` is not positive.
-        Exception: whatever ``fn`` raised, re-raised here.
-    """
-    import ray
-
-    with track_split_coordinators() as coordinators:
-        name, thread, outcome = _start_in_thread("run_split_readers", fn, timeout_s, args, kwargs)
-        thread.join(timeout_s)
-        if thread.is_alive():
-            for actor in coordinators:
-                ray.kill(actor, no_restart=True)
-            thread.join(_READER_EXIT_WAIT_S)
-            raise TimeoutError(
-                f"{name} did not return within {timeout_s:g} s; its {len(coordinators)} "
-                f"streaming_split coordinator(s) were stopped"
-                + ("." if not thread.is_alive() else ", but it is still running.")
-            )
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
-
-
-def _start_in_thread(
-    caller: str, fn: Callable[..., Any], timeout_s: float, args: tuple, kwargs: dict
-) -> tuple[str, threading.Thread, dict[str, Any]]:
-    """Start ``fn(*args, **kwargs)`` in a daemon thread; its result or error lands in a dict.
-
-    Returns:
-        ``(name, thread, outcome)``: ``fn``'s name, the started thread, and a dict that gets
-        ``"value"`` or ``"error"`` when ``fn`` ends.
-
-    Raises:
-        ValueError: if ``timeout_s`` is not positive (checked before anything starts).
-    """
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be positive, got {timeout_s!r}.")
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # handed to the caller
-            outcome["error"] = exc
-
-    name = getattr(fn, "__name__", type(fn).__name__)
-    thread = threading.Thread(target=target, name=f"{caller}:{name}", daemon=True)
-    thread.start()
-    return name, thread, outcome
-
-
-# After killing a blocked reader's coordinator: how long to wait for the reader to end, in seconds.
-_READER_EXIT_WAIT_S = 20.0

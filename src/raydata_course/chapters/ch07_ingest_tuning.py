@@ -15,6 +15,10 @@ step at a time. This module holds what the steps share:
   with a fixed step time standing in for a GPU step, and returns the epoch's seconds, rows,
   object-store peak and the share of the time the loop waited for data.
   :func:`order_metrics` says how shuffled the consumed order is.
+  :func:`most_at_once` counts how many tasks ran at the same time.
+
+Reading Ray's own stats text is :mod:`raydata_course.chapters.ch07_stats`; deciding which step
+to keep, :mod:`raydata_course.chapters.ch07_decide`.
 
 Examples:
     >>> batch = random_crop_flip({"id": np.arange(2), "label": np.zeros(2, np.int64),
@@ -50,7 +54,7 @@ __all__ = [
     "EpochResult",
     "measure_epoch",
     "order_metrics",
-    "operator_table",
+    "most_at_once",
 ]
 
 #: Side of a decoded photo, in pixels (the lab's crops are stored at this size).
@@ -278,62 +282,20 @@ def order_metrics(ids: np.ndarray) -> dict[str, float]:
             "mean_displacement": float(np.mean(np.abs(ranks - np.arange(len(ids)))) / len(ids))}
 
 
-_OPERATOR_LINE = r"^(?:Sub)?[Oo]perator \d+ (?P<name>.+?): (?P<tasks>\d+) tasks executed, (?P<blocks>\d+) blocks produced"
-_TOTAL = r"(?P<total>[\d.]+)(?P<unit>us|ms|s)? total"
-_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
-
-
-def operator_table(stats_text: str) -> list[dict[str, Any]]:
-    """The per-operator figures of a ``Dataset.stats()`` text, as rows.
-
-    Reads the lines Ray 2.60 writes for each executed operator, and for each suboperator of
-    an all-to-all operator such as ``RandomShuffle`` (its map and reduce stages), in
-    ``ray/data/_internal/stats.py`` (``DatasetStatsSummary.to_string``)::
-
-        Operator 3 MapBatches(decode): 1 tasks executed, 2 blocks produced in 0.82s
-        * Remote wall time: 101.35ms min, 703.05ms max, 402.2ms mean, 804.39ms total
-        * Remote cpu time: 101.94ms min, 703.28ms max, 402.61ms mean, 805.23ms total
-        * Output size bytes per block: 19269632 min, ..., 154157056 total
+def most_at_once(rows: list[dict[str, Any]]) -> int:
+    """The most tasks that ran at the same time, from rows that record each task's run.
 
     Args:
-        stats_text: what ``ds.stats()`` returned after the dataset executed.
+        rows: one row per task, with ``start`` and ``end`` (seconds on one clock, e.g.
+            ``time.time()`` on one node; scalars or one-element arrays).
 
     Returns:
-        One dict per executed operator, upstream first: ``operator``, ``tasks``, ``blocks``,
-        ``wall_s`` and ``cpu_s`` (summed over its tasks, seconds), ``output_rows``, ``output_MiB``. An operator
-        without a figure has None there. Operators that executed no task are left out.
+        The largest number of tasks whose ``[start, end)`` intervals overlap; 0 for no rows.
 
     Examples:
-        >>> text = ("Operator 1 ReadX: 2 tasks executed, 4 blocks produced in 1s\\n"
-        ...         "* Remote wall time: 1ms min, 2s max, 1s mean, 2.5s total\\n"
-        ...         "* Remote cpu time: 1ms min, 20ms max, 10ms mean, 40ms total\\n"
-        ...         "* Output num rows per block: 1 min, 9 max, 5 mean, 20 total\\n"
-        ...         "* Output size bytes per block: 1 min, 2 max, 1 mean, 2097152 total\\n")
-        >>> operator_table(text)  # doctest: +NORMALIZE_WHITESPACE
-        [{'operator': 'ReadX', 'tasks': 2, 'blocks': 4, 'wall_s': 2.5, 'cpu_s': 0.04, 'output_rows': 20,
-          'output_MiB': 2.0}]
+        >>> most_at_once([{"start": 0, "end": 2}, {"start": 1, "end": 3}, {"start": 2, "end": 4}])
+        2
     """
-    import re
-
-    rows: list[dict[str, Any]] = []
-    for line in stats_text.splitlines():
-        stripped = line.strip()
-        head = re.match(_OPERATOR_LINE, stripped)
-        if head:
-            rows.append({"operator": head["name"], "tasks": int(head["tasks"]), "blocks": int(head["blocks"]),
-                         "wall_s": None, "cpu_s": None, "output_rows": None, "output_MiB": None})
-            continue
-        if not rows:
-            continue
-        total = re.search(_TOTAL, stripped)
-        if total is None:
-            continue
-        if stripped.startswith("* Remote wall time:"):
-            rows[-1]["wall_s"] = round(float(total["total"]) * _SECONDS[total["unit"]], 3)
-        elif stripped.startswith("* Remote cpu time:"):
-            rows[-1]["cpu_s"] = round(float(total["total"]) * _SECONDS[total["unit"]], 3)
-        elif stripped.startswith("* Output num rows per block:"):
-            rows[-1]["output_rows"] = int(float(total["total"]))
-        elif stripped.startswith("* Output size bytes per block:"):
-            rows[-1]["output_MiB"] = round(float(total["total"]) / MiB, 1)
-    return rows
+    starts = np.array([float(np.asarray(r["start"]).reshape(-1)[0]) for r in rows])
+    ends = np.array([float(np.asarray(r["end"]).reshape(-1)[0]) for r in rows])
+    return max((int(((starts <= t) & (ends > t)).sum()) for t in starts), default=0)

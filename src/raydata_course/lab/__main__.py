@@ -23,6 +23,12 @@ CUDA, runs the Train variants (slow and fast, pull and push) for one epoch each,
 lazy free on and off, starts no run after ``--deadline-s`` seconds (default 420, so the
 whole check fits in 8 minutes), and writes ``table-gpu.md`` (peak / budget, throughput and
 the host-to-device copies timed with CUDA events) beside the usual tables and figures.
+
+Every run ends with the playground's simulator on the run's own inputs, beside what it
+measured (``table-model.md``, :mod:`raydata_course.lab.model_check`), and writes the run, cut
+to what the simulator needs, to ``playground/`` in the output folder (the playground's copy:
+``playground/lab/``). ``--model-check DIR`` does only that, on the run already in ``DIR``
+(after a change to the simulator or the push split's rules), with no cluster.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import os
 import platform
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from raydata_course.units import MiB
@@ -53,7 +60,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="the GPU check: CUDA required; Train variants, pull and push, 1 epoch each")
     parser.add_argument("--deadline-s", type=float, default=420.0,
                         help="--gpu-check starts no run after this many seconds (default 420)")
+    parser.add_argument("--model-check", type=Path, metavar="DIR",
+                        help="only compare the simulator with the lab run already in DIR (its results.json)")
     args = parser.parse_args(argv)
+    if args.model_check is not None:
+        results = args.model_check / "results.json"
+        if not results.is_file():
+            print(f"--model-check: {results} is missing: give the folder of a `make lab` run.", file=sys.stderr)
+            return 2
+        run_id = json.loads(results.read_text())["meta"].get("run_id") or "(no run id)"
+        print(_model_check(args.model_check.resolve(), run_id))
+        return 0
     if args.gpu_check:
         import torch
 
@@ -125,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         wall.update({f"{k} (free 0 ms)": v for k, v in free0_wall.items()})
     rows = summarize(results)
     table = format_table(rows, ray.__version__)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     meta = {
-        "ray_version": ray.__version__, "torch_version": torch.__version__, "python": platform.python_version(),
+        "run_id": run_id, "ray_version": ray.__version__, "torch_version": torch.__version__, "python": platform.python_version(),
         "device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
         "machine": platform.machine(), "cpus": os.cpu_count(), "quick": args.quick,
         "pipeline": facts.__dict__, "variant_wall_s": wall, "total_wall_s": round(time.perf_counter() - t0, 1),
@@ -134,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "probe_cost": results[0].probe_cost if results else {},
     }
     save_results(results, rows, out, meta)
-    (out / "table.md").write_text(table + "\n")
+    (out / "table.md").write_text(f"Lab run {run_id}\n\n{table}\n")
     import matplotlib.pyplot as plt
 
     for row in rows:
@@ -164,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             plot_pull_vs_push(pull_run.__dict__, push_run.__dict__, out / f"push-vs-pull-{name}-{setting}.png")
             plt.close("all")
     if push_tables:
-        (out / "table-push.md").write_text("\n\n".join(push_tables) + "\n")
+        (out / "table-push.md").write_text(f"Lab run {run_id}\n\n" + "\n\n".join(push_tables) + "\n")
+    model_table = _model_check(out, run_id) if results else ""
+
     if device == "cuda":
         gpu_table = format_gpu_table([r for runs in push_results.values() for r in runs])
         (out / "table-gpu.md").write_text(f"GPU: {meta['gpu']}\n\n{gpu_table}\n")
@@ -174,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     for push_table in push_tables:
         print()
         print(push_table)
+    if model_table:
+        print()
+        print(model_table)
     print(f"\n[lab] wall time per variant (s): {json.dumps(wall)}; total {meta['total_wall_s']} s")
     print(f"[lab] sampler cost per call: {meta['probe_cost']}")
     print(f"[lab] wrote {out / 'results.json'}, {out / 'table.md'} and figures")
@@ -194,6 +217,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _model_check(out: Path, run_id: str) -> str:
+    """The playground's side of a lab run: the run's inputs and results, cut to what the
+    simulator needs, go to ``out/playground/`` (what the playground's build and notebooks read:
+    copy it to ``playground/lab/`` with ``out``'s tables to ``docs/lab/``), and the simulator's
+    prediction of every variant beside what this run measured goes to ``out/table-model.md``.
+
+    Returns:
+        The table, with the run's id and the targets above it.
+    """
+    from raydata_course.lab.model_check import PEAK_TOLERANCE, THROUGHPUT_TOLERANCE, compare, format_comparison
+    from raydata_course.lab.playground_data import trim_results
+
+    trim_results(out, out / "playground")
+    print("[lab] the playground's simulator on this run's inputs ...", flush=True)
+    rows = compare(out / "playground" / "results.json")
+    missed = [f"{r['variant']} ({r['setting']})" for r in rows if not (r["peak_met"] and r["throughput_met"])]
+    table = (f"Lab run {run_id}: the playground's simulator against this run (peak within {PEAK_TOLERANCE:.0%}, "
+             f"the rate after the first batch within {THROUGHPUT_TOLERANCE:.0%}; a miss says where the model and "
+             f"the lab part)\n\n{format_comparison(rows)}\n\n"
+             + (f"Missed: {', '.join(missed)}." if missed else "Every row within its tolerances."))
+    (out / "table-model.md").write_text(table + "\n")
+    return table
+
+
 def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm_up: bool,
                   deadline: float | None = None, task_s: dict | None = None, rates: dict | None = None) -> list:
     """Run ``variants`` on one fresh local cluster started with ``system_config``; start no
@@ -209,6 +256,7 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
                      system_config=system_config, warm_up=warm_up) as lab:
         if task_s is not None and not task_s:
             task_s.update(lab.time_tasks(variants[0]))
+            task_s["push_send_s"] = lab.time_push_send(variants[0])
             print(f"[lab] one block's tasks, alone on the cluster (s): {json.dumps(task_s)}", flush=True)
         bound = next((v for v in variants if v.mode == "train" and v.gpu_step_s > 0), None)
         if rates is not None and not rates and bound is not None:

@@ -33,22 +33,37 @@ Upstream leaves out the outer output queue (``buffer_size = max(pf, 1)``) becaus
 holds device tensors; on a CPU consumer it, and the loop's own batch, stay in plasma, so the
 model's upper bound adds ``max(pf, 1) + 1``.
 
+**A local shuffle buffer** (``local_shuffle_buffer_size=S`` rows, ``ShufflingBatcher`` in
+``ray/data/_internal/batcher.py``) changes where the hidden bytes are. Its blocks arrive by
+``ray.get`` and lose their refs, but stay mapped: the buffer keeps the Arrow blocks as they are
+(Ray's own comment: "blocks in the builder reside in object store memory"), and a compaction
+keeps a tensor column's chunks rather than copying them. The first batch waits for
+``1.5 S + B`` rows (``SHUFFLE_BUFFER_COMPACTION_RATIO``); those blocks then make the first
+generation, and the builder refills with about ``S + B`` more rows (until the generation is
+down to ``0.5 S``, ``SHUFFLE_BUFFER_COMPACTION_THRESHOLD``) before the next compaction
+replaces it. The batches it hands on are copies (``take``), so the N + 2 batches downstream
+pin nothing. :func:`shuffle_buffer_blocks` counts the most blocks the buffer pins.
+
 Examples:
     >>> m = hidden_batches(4, format_cap=4, design="iter_threaded")
     >>> (m.nominal, m.low, m.high, m.upstream)
     (6, 5, 8, 22)
     >>> hidden_batches(1, format_cap=4, design="iter_threaded").nominal
     3
+    >>> shuffle_buffer_blocks(buffer_rows=4 * 222, batch_rows=222)  # 7 in the first generation + 5 refilled
+    12
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["PipelineFacts", "BufferModel", "inspect_consumer_pipeline", "hidden_batches", "upstream_hidden_batches"]
+__all__ = ["PipelineFacts", "BufferModel", "inspect_consumer_pipeline", "hidden_batches", "upstream_hidden_batches",
+           "shuffle_buffer_blocks"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +176,40 @@ def hidden_batches(prefetch_batches: int, format_cap: int | None = None, design:
         return BufferModel(prefetch_batches, n, design, upstream, upstream,
                            upstream + max(prefetch_batches, 1) + 1, upstream)
     raise ValueError(f"design must be 'iter_threaded' or 'make_async_gen', got {design!r}.")
+
+
+def shuffle_buffer_blocks(buffer_rows: int, batch_rows: int, block_rows: int | None = None) -> int:
+    """Most object-store blocks a consumer's local shuffle buffer pins at once, by the installed code.
+
+    Just before a compaction the buffer holds the previous generation's blocks (the first
+    generation is the largest: ``1.5 S + B`` rows) and the builder's refill (about ``S + B``
+    rows, added while the generation drains to ``0.5 S``), each rounded up to whole blocks.
+    The ratios are read from the installed ``ray/data/_internal/batcher.py``. With a buffer,
+    these blocks take the place of :func:`hidden_batches`' N + 2 (the buffer's batches are
+    copies); without one (``buffer_rows=0``) the buffer pins nothing.
+
+    Args:
+        buffer_rows: ``local_shuffle_buffer_size``, in rows (0 or None: no buffer).
+        batch_rows: ``batch_size``, in rows.
+        block_rows: rows per block; default ``batch_rows`` (the lab's one batch per block).
+
+    Returns:
+        Blocks pinned at the peak (multiply by the block's bytes for bytes).
+
+    Raises:
+        ValueError: if ``batch_rows`` or ``block_rows`` is not positive, or ``buffer_rows`` is negative.
+    """
+    batcher = importlib.import_module("ray.data._internal.batcher")
+    ratio = float(batcher.SHUFFLE_BUFFER_COMPACTION_RATIO)
+    threshold = float(batcher.SHUFFLE_BUFFER_COMPACTION_THRESHOLD)
+    block_rows = batch_rows if block_rows is None else block_rows
+    if batch_rows < 1 or block_rows < 1:
+        raise ValueError(f"batch_rows and block_rows must be positive, got {batch_rows} and {block_rows}.")
+    if not buffer_rows:
+        return 0
+    if buffer_rows < 0:
+        raise ValueError(f"buffer_rows must be >= 0, got {buffer_rows}.")
+    buffer_rows = max(buffer_rows, batch_rows)  # ShufflingBatcher rounds a smaller buffer up to a batch
+    first_generation = math.ceil((ratio * buffer_rows + batch_rows) / block_rows)
+    refill = math.ceil(((ratio - threshold) * buffer_rows + batch_rows) / block_rows)
+    return first_generation + refill

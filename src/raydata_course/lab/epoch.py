@@ -38,7 +38,11 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   ``live_peak_bytes``, the store's peak without the bytes freed but not yet deleted;
 - ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
   over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
-  process that runs it, which shares the machine with the consumers.
+  process that runs it, which shares the machine with the consumers;
+- ``cpu_after_first_batch``: from the last consumer's first batch to the last step's end, the
+  machine's busy CPU seconds (``/proc/stat``, :func:`raydata_course.measure.store.machine_busy_cpu_s`),
+  the consumers' processes' CPU seconds during their steps, and the batches they took
+  (:func:`~raydata_course.lab.producer.cpu_after_first_batch`): what the machine spent beside the decode and the steps.
 
 The tables and checks built on these results are :mod:`raydata_course.lab.report`.
 """
@@ -51,9 +55,16 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from raydata_course.lab.buffer_model import hidden_batches
+from raydata_course.lab.producer import (
+    cpu_after_first_batch,
+    decoded_batches_after,
+    last_first_batch_wall_s,
+    production_batches_per_s,
+)
 from raydata_course.lab.workload import LabConfig
+from raydata_course.sim.timeline import consumption_batches_per_s, stall_fraction
 
-__all__ = ["RunResult", "measure_epoch", "stall_fraction", "consumption_batches_per_s", "production_batches_per_s"]
+__all__ = ["RunResult", "measure_epoch", "stall_fraction", "consumption_batches_per_s"]
 
 
 @dataclass
@@ -109,11 +120,13 @@ class RunResult:
     stall_fraction: Optional[float] = None
     #: batches per second the consumers took after each one's first batch, summed (:func:`consumption_batches_per_s`)
     consumption_batches_per_s: Optional[float] = None
-    #: batches per second the producer made after the consumers' first batch (:func:`production_batches_per_s`)
+    #: batches per second the producer made after the consumers' first batch (:func:`~raydata_course.lab.producer.production_batches_per_s`)
     production_batches_per_s: Optional[float] = None
     #: the store's peak without the bytes freed but not yet deleted: referenced + pinned, at
     #: the classified samples (bytes)
     live_peak_bytes: Optional[int] = None
+    #: the machine's CPU after the first batch (:func:`~raydata_course.lab.producer.cpu_after_first_batch`); None when not recorded
+    cpu_after_first_batch: Optional[dict] = None
 
 
 def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[dict], consumers: list[dict],
@@ -158,6 +171,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
     peak_t = next((x.t_s for x in samples if x.used_bytes == peak), 0.0)
     overall, midrun, mid_start_wall, early = _throughputs(consumers)
     midrun_steps = _midrun_steps_s(consumers)
+    first_wall = last_first_batch_wall_s(consumers)
     classified = [s for s in samples if s.referenced_bytes is not None]
     peak_c = max(classified, key=lambda s: s.used_bytes, default=None)
     def nearest(ts, vs, at=peak_t):
@@ -239,87 +253,11 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         h2d_s_median=statistics.median(h2d_s) if h2d_s else None,
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
         stall_fraction=stall_fraction(consumers), consumption_batches_per_s=consumption_batches_per_s(consumers),
-        production_batches_per_s=production_batches_per_s(
-            probe_samples, max((_first_and_end_wall_s(c)[0] for c in consumers if c.get("wait_s") and c.get("batch_t_s")),
-                               default=None), config.batch_rows),
+        production_batches_per_s=production_batches_per_s(probe_samples, first_wall, config.batch_rows),
         live_peak_bytes=max((s.referenced_bytes + (s.pinned_unreferenced_bytes or 0) for s in classified), default=None),
+        cpu_after_first_batch=cpu_after_first_batch(samples, consumers, t_wall0,
+                                                    decoded_batches_after(probe_samples, first_wall, config.batch_rows)),
     )
-
-
-def _first_and_end_wall_s(c: dict) -> tuple[float, float]:
-    """When consumer ``c`` got its first batch and finished its last step (``time.time()``)."""
-    return c["t_start_wall_s"] + c["wait_s"][0], c["t_start_wall_s"] + c["batch_t_s"][-1]
-
-
-def stall_fraction(consumers: list[dict]) -> Optional[float]:
-    """The job-level stall fraction ``D``: over the steps after every rank's first batch, the
-    sum of the longest wait for a batch across ranks (steps aligned by index: a data-parallel
-    step waits for its slowest rank), over the wall time from the last rank's first batch to
-    the last rank's last step. The wait for the first batch is the execution's start, the same
-    for every split design, and is reported apart (``first_batch_s``). None without two steps.
-
-    Examples:
-        >>> a = {"t_start_wall_s": 0.0, "wait_s": [1.0, 0.0, 0.5, 0.0], "batch_t_s": [2.0, 3.0, 4.5, 5.5]}
-        >>> b = {"t_start_wall_s": 0.0, "wait_s": [1.5, 0.2, 0.0, 0.0], "batch_t_s": [2.5, 3.7, 4.7, 5.7]}
-        >>> round(stall_fraction([a, b]), 3)  # (0.2 + 0.5 + 0.0) over 5.7 - 1.5 s
-        0.167
-    """
-    ranks = [c for c in consumers if len(c.get("wait_s", [])) >= 2 and len(c.get("batch_t_s", [])) >= 2]
-    if not ranks:
-        return None
-    steps = min(len(c["wait_s"]) for c in ranks)
-    waited = sum(max(c["wait_s"][k] for c in ranks) for k in range(1, steps))
-    first = max(_first_and_end_wall_s(c)[0] for c in ranks)
-    end = max(_first_and_end_wall_s(c)[1] for c in ranks)
-    return waited / (end - first) if end > first else None
-
-
-def consumption_batches_per_s(consumers: list[dict]) -> Optional[float]:
-    """The rate at which the consumers took batches after each one's first batch: per consumer,
-    its batches after the first over the time from that first batch to its last step, summed
-    over consumers (batches per second): the rate at which they free batches. None without
-    two steps.
-
-    Examples:
-        >>> consumption_batches_per_s([{"t_start_wall_s": 0.0, "wait_s": [1.0, 0, 0], "batch_t_s": [2.0, 3.0, 4.0]}])
-        0.6666666666666666
-    """
-    rates = []
-    for c in consumers:
-        if len(c.get("wait_s", [])) >= 2 and len(c.get("batch_t_s", [])) >= 2:
-            first, end = _first_and_end_wall_s(c)
-            if end > first:
-                rates.append((len(c["batch_t_s"]) - 1) / (end - first))
-    return sum(rates) if rates else None
-
-
-def production_batches_per_s(probe_samples: list[dict], first_wall_s: Optional[float],
-                             batch_rows: int) -> Optional[float]:
-    """The producer's rate after the consumers' first batch: the rows the plan's last task
-    operator (the decode) made from ``first_wall_s`` (``time.time()``, when the last consumer
-    got its first batch) until it made its last, in batches of ``batch_rows`` per second, from
-    Ray Data's counters as the probe sampled them (``rows_task_outputs_generated``). What a
-    split decoded ahead while its consumers waited for their first batch does not count: a
-    consumer draining such a stock is fast, not its producer. None without probe counters, or
-    when the producer had finished before the first batch.
-
-    Examples:
-        >>> s = lambda t, rows: {"t_wall_s": t, "op_rows": [rows, 0, rows // 2]}
-        >>> production_batches_per_s([s(0, 0), s(2, 100), s(4, 300), s(6, 500), s(7, 500)], 2.0, 50)
-        1.0
-    """
-    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
-    if not samples or first_wall_s is None or batch_rows < 1:
-        return None
-    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None)
-    if index is None:
-        return None
-    rows = [p["op_rows"][index] for p in samples]
-    at_first = max((r for p, r in zip(samples, rows) if p["t_wall_s"] <= first_wall_s), default=0)
-    done_t = next(p["t_wall_s"] for p, r in zip(samples, rows) if r == rows[-1])
-    if rows[-1] <= at_first or done_t <= first_wall_s:
-        return None
-    return (rows[-1] - at_first) / batch_rows / (done_t - first_wall_s)
 
 
 def _generation_per_operator(probe_samples: list[dict]) -> dict[str, dict]:

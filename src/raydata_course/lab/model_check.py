@@ -16,32 +16,37 @@ budget                       the run's ``budget_bytes`` (Ray Data's own limit, a
 ``prefetch_batches``, split  ``config``
 read / decode task seconds   ``meta["task_s"]``: one block's tasks timed alone on the lab's cluster;
                              and the run's own seconds per block (``operator_generation``)
-step seconds, delay          the run's median train step inside the mid-run window (the stretch
-                             the throughput is compared on; the whole epoch's median for runs that
-                             lack it); ``config.step_delay_s`` plus ``config.gpu_step_s``
+step seconds, delay          the run's median train step (its CPU part, the whole epoch);
+                             ``config.step_delay_s`` plus ``config.gpu_step_s``
 task slots, cores            ``num_cpus`` less the Train workers' CPUs; ``meta["cpus"]``
 lazy-free period             1 s (Ray's default), or 0 where the run set it off
 format cap                   ``meta["pipeline"]["format_cap"]``
+other CPU per batch          the machine's busy CPU after the first batch less the steps', the reads'
+                             and the decodes' CPU (:func:`overhead_cpu_s`), run on the shared cores
+push: delivery seconds       ``meta["task_s"]["push_send_s"]``: one block's delivery, an actor call
+                             timed on the lab's cluster (``LabSession.time_push_send``)
+push: steer on store         ``config.push_steer_on_store``
+push: the control rule       not an input: the simulator runs the push split's own window
+                             controller, share and backpressure guard (:mod:`raydata_course.sim.push`)
 ==========================  ==========================================================
 
-Throughput is compared as the lab reports it in its tables: mid-run batches per second
-(batches 25-90 % of each consumer's epoch, summed over consumers), which leaves out the
-start-up the model does not simulate (worker processes, Ray Train's set-up).
+Throughput is compared as the consumers' rate after their first batch (per consumer, its
+batches after the first over the time from that batch to its last step, summed: the lab's
+``consumption_batches_per_s``), which leaves out the start-up the model does not simulate
+(worker processes, Ray Train's set-up). Beside the two targets the table sets Ray Data's
+believed peak, the hidden bytes, the median wait per batch and the stall fraction D, measured
+and predicted.
 
-Two inputs are not known exactly, so the model predicts a range rather than one figure:
-
-- **the raylet's free timer.** It runs from the raylet's start, so an epoch meets it at an
-  unknown phase; the model runs at ``FREE_PHASES`` evenly spaced phases of the period.
-- **the producer's speed.** One block's tasks are timed once, before the variant runs; a
-  machine whose load changes (another job starts, a test runner's second worker) runs the
-  producer anywhere between its CPU time (the work alone) and slower than the wall time timed
-  then. The model runs at both, where the run recorded both, and at a third speed where the
-  run recorded it: the read's and the decode's seconds per block *during the run itself*, from
-  the workers' own timing of each block (Ray Data's ``block_generation_time`` and
-  ``rows_task_outputs_generated`` per operator, read by the lab's probe, medians over the
-  repeats). Those times already hold whatever shared the cores with the tasks, the pipeline's
-  other tasks and any outside load alike, so at that speed the model shares no cores
-  (``cores=None``) rather than count the sharing twice.
+The producer runs at its tasks' CPU time (one block's read and decode, timed alone on the lab's
+cluster), on the machine's cores, which it shares with the consumers' steps (their CPU seconds)
+and with everything else the machine did per batch, as the run measured it (Ray's own
+processes, the split's coordinator, the lab's sampling and any outside load:
+:func:`overhead_cpu_s`). Every CPU second is counted once: the run's own seconds per block
+(``operator_generation``, :func:`in_run_task_s`) already hold the sharing, so they are reported
+beside the prediction, not fed to it. One input is not known, so the model predicts a range:
+**the raylet's free timer** runs from the raylet's start, so an epoch meets it at an unknown
+phase; the model runs at ``FREE_PHASES`` evenly spaced phases of the period (lazy free off has
+no timer, and one prediction).
 
 A measurement inside the predicted range has error 0; outside, the error is the nearest end's,
 signed (predicted / measured - 1), and the targets apply to that.
@@ -60,8 +65,8 @@ from raydata_course.tables import markdown_table
 from raydata_course.units import MiB
 
 __all__ = ["DEFAULT_FREE_PERIOD_S", "FREE_PHASES", "PEAK_TOLERANCE", "THROUGHPUT_TOLERANCE", "ingest_config",
-           "in_run_task_s", "compare",
-           "format_comparison", "validation_for_site", "trim_results"]
+           "in_run_task_s", "overhead_cpu_s", "compare",
+           "format_comparison"]
 
 #: Ray's default ``free_objects_period_milliseconds`` (1000), in seconds.
 DEFAULT_FREE_PERIOD_S = 1.0
@@ -76,21 +81,32 @@ _CPU_KEYS = frozenset({"read_block_cpu_s", "decode_block_cpu_s"})
 
 def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: float, budget_bytes: int,
                   cores: float | None, free_period_s: float = DEFAULT_FREE_PERIOD_S, format_cap: int = 4,
-                  cpu_time: bool = False) -> IngestConfig:
+                  cpu_time: bool = False, step_cpu_s: float | None = None,
+                  overhead_cpu_s: float = 0.0) -> IngestConfig:
     """The simulator's input for one lab variant.
 
     Args:
         config: a run's ``config`` from ``results.json`` (:meth:`LabConfig.as_dict`).
         task_s: ``{"read_block_s", "decode_block_s", "read_block_bytes"}``, seconds and bytes
             per block (``meta["task_s"]`` of ``results.json``).
-        step_s: the train step's own seconds (the run's median).
+        step_s: the train step's own seconds (the run's median, wall time).
+        step_cpu_s: the train step's CPU seconds (the run's median), where the run recorded
+            them: the step then runs on the shared ``cores`` beside Ray Data's tasks, as
+            ``step_cpu_s`` of work on ``max(1, step_cpu_s / step_s)`` cores (PyTorch's threads
+            can use more than one); without them, or without ``cores``, the step takes no core.
+        overhead_cpu_s: the machine's other CPU seconds per batch (:func:`overhead_cpu_s`),
+            run on the shared ``cores`` (none without them).
         budget_bytes: Ray Data's budget as the run probed it.
-        cores: physical cores of the machine that ran the lab; ``None``: the tasks share none
-            (their durations already hold the sharing).
+        cores: physical cores of the machine that ran the lab, which the tasks, the steps and
+            the other work share; ``None``: nothing shares a core (every job at full speed).
         free_period_s: the raylet's lazy-free period in seconds (0: off).
         format_cap: the installed Ray's cap on format workers.
         cpu_time: run the tasks at their CPU time (``read_block_cpu_s``, ``decode_block_cpu_s``)
             instead of their wall time.
+
+    The push split's delivery time is ``task_s["push_send_s"]`` where the run measured it
+    (:meth:`~raydata_course.lab.session.LabSession.time_push_send`; 0 for runs before it), and
+    its ``steer_on_store`` is the run's ``push_steer_on_store``.
 
     Raises:
         KeyError: ``task_s`` lacks a duration (a ``results.json`` from before the lab timed its
@@ -111,9 +127,49 @@ def ingest_config(config: dict[str, Any], task_s: dict[str, float], *, step_s: f
                    Operator("decode", task_s[f"decode_block{kind}"], int(config["batch_bytes"]))],
         budget_bytes=int(budget_bytes), split=config.get("split", "pull"), consumers=config["consumers"],
         batches_per_consumer=config["batches_per_consumer"], prefetch_batches=config["prefetch_batches"],
-        format_cap=format_cap, step_s=step_s, delay_s=config["step_delay_s"] + config.get("gpu_step_s", 0.0),
+        format_cap=format_cap, delay_s=config["step_delay_s"] + config.get("gpu_step_s", 0.0),
+        **_step_inputs(step_s, step_cpu_s if cores is not None else None),
+        overhead_cpu_s=overhead_cpu_s if cores is not None else 0.0,
         task_slots=max(1, slots),
-        cores=cores, free_period_s=free_period_s)
+        cores=cores, free_period_s=free_period_s, send_s=float(task_s.get("push_send_s", 0.0)),
+        steer_on_store=bool(config.get("push_steer_on_store", False)))
+
+
+def overhead_cpu_s(runs: list[dict], task_s: dict[str, float]) -> float:
+    """The CPU seconds per batch the machine spent beside the read, the decode and the steps,
+    after the first batch: the machine's busy CPU less the consumers' step CPU less one read
+    and one decode per block decoded in that time (their CPU seconds timed alone, ``task_s``;
+    every batch taken where the run did not count the decoded ones), over the batches taken;
+    the median over ``runs``, at least 0. Ray's own processes, the split's coordinator and
+    the lab's sampling are in it, and any other load on the machine.
+
+    Returns:
+        Seconds per batch; 0 where no run recorded ``cpu_after_first_batch``.
+
+    Examples:
+        >>> run = {"cpu_after_first_batch": {"machine_cpu_s": 20.0, "steps_cpu_s": 6.0, "batches": 40}}
+        >>> overhead_cpu_s([run], {"read_block_cpu_s": 0.05, "decode_block_cpu_s": 0.2})
+        0.1
+    """
+    per_block = task_s.get("read_block_cpu_s", task_s.get("read_block_s", 0.0)) + \
+        task_s.get("decode_block_cpu_s", task_s.get("decode_block_s", 0.0))
+    values = []
+    for r in runs:
+        cpu = r.get("cpu_after_first_batch")
+        if cpu and cpu.get("batches"):
+            decoded = cpu.get("decoded_batches")
+            decoded = cpu["batches"] if decoded is None else decoded
+            values.append(max(0.0, cpu["machine_cpu_s"] - cpu["steps_cpu_s"] - decoded * per_block) / cpu["batches"])
+    return round(statistics.median(values), 4) if values else 0.0
+
+
+def _step_inputs(step_s: float, step_cpu_s: float | None) -> dict[str, Any]:
+    """The simulator's step fields: a wait of ``step_s`` seconds, or ``step_cpu_s`` of CPU
+    work on the shared cores, on as many cores as the run's step used (at least one)."""
+    if not step_cpu_s:
+        return {"step_s": step_s}
+    width = max(1.0, step_cpu_s / step_s) if step_s > 0 else 1.0
+    return {"step_s": step_cpu_s / width, "step_on_cores": True, "step_width": width}
 
 
 def in_run_task_s(runs: list[dict], batch_rows: int) -> dict[str, float] | None:
@@ -162,10 +218,7 @@ def _variant_runs(data: dict) -> dict[tuple[str, str], list[dict]]:
 
 
 def _step_s(runs: list[dict]) -> float:
-    """The consumers' training step for the model, seconds: the runs' median step inside the
-    mid-run window, or over the whole epoch where a run lacks the former."""
-    if all(r.get("midrun_step_s_median") for r in runs):
-        return statistics.median(r["midrun_step_s_median"] for r in runs)
+    """The consumers' training step for the model, seconds: the runs' median over the epoch."""
     return statistics.median(r["step_s_median"] for r in runs)
 
 
@@ -185,24 +238,59 @@ def _store_peak_bytes(timeline) -> int:
     return max(c + h + f for c, h, f in zip(sampled["counted_bytes"], sampled["hidden_bytes"], sampled["freed_bytes"]))
 
 
-def _predict(cfg: IngestConfig, *others: IngestConfig | None) -> list[tuple[int, float, Any]]:
-    """``(peak_bytes, midrun_batches_per_s, timeline)`` for every free-timer phase and producer
-    speed (``cfg`` first, then each of ``others`` that is not ``None``)."""
+def _predict(cfg: IngestConfig) -> list[tuple[int, float, Any]]:
+    """``(peak_bytes, batches_per_s, timeline)`` at every phase of the raylet's free timer
+    (phase 0 first); the rate is the consumers' after their first batch
+    (:attr:`Timeline.consumption_batches_per_s`)."""
     phases = [k * cfg.free_period_s / FREE_PHASES for k in range(FREE_PHASES)] if cfg.free_period_s else [0.0]
     out = []
-    for base in [cfg] + [o for o in others if o is not None]:
-        for phase in phases:
-            timeline = simulate(base.with_(free_phase_s=phase))
-            out.append((_store_peak_bytes(timeline), timeline.midrun_batches_per_s, timeline))
+    for phase in phases:
+        timeline = simulate(cfg.with_(free_phase_s=phase))
+        out.append((_store_peak_bytes(timeline), timeline.consumption_batches_per_s or 0.0, timeline))
     return out
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    """The runs' median of ``key``, or None where a run lacks it."""
+    values = [r.get(key) for r in runs]
+    return None if any(v is None for v in values) or not values else statistics.median(values)
+
+
+#: the parts of the store at the peak, lab name → model name (the lab's classified sample)
+_PARTS = {"referenced_bytes": ("counted_bytes", "referenced by a ref (Ray Data's operators and the windows)"),
+          "pinned_unreferenced_bytes": ("hidden_bytes", "pinned without a ref (batches the pull consumer holds)"),
+          "freed_not_deleted_bytes": ("freed_bytes", "freed but not yet deleted (the raylet's lazy free)")}
+
+
+def _peak_miss(runs: list[dict], timeline) -> str:
+    """For a peak the model misses: the part of the store at the peak the model is furthest
+    from, with the lab's and the model's bytes (MiB)."""
+    lab = {k: statistics.median(r["peak_breakdown"].get(k) or 0 for r in runs) for k in _PARTS
+           if all(r.get("peak_breakdown") for r in runs)}
+    if not lab:
+        return "the run recorded no breakdown at its peak"
+    model = timeline.peak_breakdown()
+    part = max(lab, key=lambda k: abs(lab[k] - model[_PARTS[k][0]]))
+    return (f"{_PARTS[part][1]}: lab {lab[part] / MiB:,.0f} MiB, model {model[_PARTS[part][0]] / MiB:,.0f} MiB "
+            "at the peak")
+
+
+def _rate_miss(runs: list[dict], rates: list[float]) -> str:
+    """For a rate the model misses: the producer's measured rate after the first batch against
+    the consumers' (batches/s), which says which side the model got wrong."""
+    produced = _median(runs, "production_batches_per_s")
+    step = _median(runs, "step_s_median")
+    said = f"the producer made {produced:.2f} batches/s after the first batch" if produced else \
+        "the run recorded no producer rate"
+    return f"{said}; the train step's median {step:.3f} s; the model's rate {min(rates):.2f}-{max(rates):.2f} b/s"
 
 
 def compare(*result_files: str | Path) -> list[dict[str, Any]]:
     """Simulate every variant of each ``results.json`` and compare with the lab's medians.
 
-    Every variant is simulated at ``FREE_PHASES`` phases of the raylet's free timer and at
-    each producer speed the run recorded: the tasks' wall time timed before it, their CPU
-    time, and their seconds per block during the run (see the module docstring).
+    Every variant is simulated at ``FREE_PHASES`` phases of the raylet's free timer, its
+    producer at its tasks' CPU time on cores shared with the steps and the machine's other
+    work (see the module docstring).
 
     Args:
         result_files: ``results.json`` files of ``python -m raydata_course.lab``; a run
@@ -210,13 +298,22 @@ def compare(*result_files: str | Path) -> list[dict[str, Any]]:
 
     Returns:
         One dict per variant and setting: ``variant``, ``setting``, ``split``, ``repeats``,
-        ``measured_peak_bytes``, ``predicted_peak_bytes`` (free timer at phase 0, tasks at
-        their wall time), ``predicted_peak_low_bytes`` / ``predicted_peak_high_bytes`` (the
-        range), ``peak_error`` (signed fraction against the range: 0 inside it),
-        ``measured_batches_per_s``, ``predicted_batches_per_s``,
-        ``predicted_batches_per_s_low`` / ``_high``, ``throughput_error``, ``peak_met`` and
-        ``throughput_met`` (within the tolerances), the hidden bytes, and ``inputs`` (the
-        phase-0, wall-time configuration).
+        ``run_id`` (the lab run's), ``measured_peak_bytes``, ``predicted_peak_bytes`` (free
+        timer at phase 0), ``predicted_peak_low_bytes`` /
+        ``predicted_peak_high_bytes`` (the range), ``peak_error`` (signed fraction against the
+        range: 0 inside it), ``measured_batches_per_s`` (the consumers' rate after their first
+        batch), ``predicted_batches_per_s``, ``predicted_batches_per_s_low`` / ``_high``,
+        ``throughput_error``, ``peak_met`` and ``throughput_met`` (within the tolerances),
+        ``measured_`` / ``predicted_`` ``believed_bytes``, ``hidden_bytes``, ``wait_s`` (median
+        wait per batch after the first) and ``stall_fraction``, ``peak_miss`` /
+        ``throughput_miss`` (where a target is missed: which bytes, or which rate, and its
+        measured size; else ``""``), ``producer_speed`` (``"cpu"``, or ``"wall"`` for a run
+        that lacks the tasks' CPU times), ``in_run_task_s`` (the run's own seconds per block,
+        for reference) and ``inputs`` (the phase-0 configuration).
+
+    Raises:
+        KeyError: a run lacks the consumers' rate after the first batch (a ``results.json``
+            from before the lab recorded it: run ``make lab`` again).
     """
     rows = []
     for path in result_files:
@@ -230,37 +327,46 @@ def compare(*result_files: str | Path) -> list[dict[str, Any]]:
             cap = int(meta.get("pipeline", {}).get("format_cap", 4))
             has_cpu = _CPU_KEYS <= set(task_s)
             for (variant, setting), runs in _variant_runs(data).items():
+                rate = _median(runs, "consumption_batches_per_s")
+                if rate is None:
+                    raise KeyError(f"{one}: {variant} lacks consumption_batches_per_s (the rate after the first "
+                                   "batch); this results.json predates it: run `make lab` again.")
                 free_ms = runs[0].get("free_objects_period_ms")
-                kwargs = dict(step_s=_step_s(runs),
+                kwargs = dict(step_s=_step_s(runs), step_cpu_s=_median(runs, "step_cpu_s_median"),
+                              overhead_cpu_s=overhead_cpu_s(runs, task_s),
                               budget_bytes=statistics.median(r["budget_bytes"] for r in runs),
                               cores=float(meta["cpus"]), format_cap=cap,
                               free_period_s=DEFAULT_FREE_PERIOD_S if free_ms is None else free_ms / 1000)
-                cfg = ingest_config(runs[0]["config"], task_s, **kwargs)
-                cpu_cfg = ingest_config(runs[0]["config"], task_s, cpu_time=True, **kwargs) if has_cpu else None
+                cfg = ingest_config(runs[0]["config"], task_s, cpu_time=has_cpu, **kwargs)
                 in_run = in_run_task_s(runs, int(runs[0]["config"]["batch_rows"]))
-                run_cfg = ingest_config(runs[0]["config"], {**task_s, **in_run}, **{**kwargs, "cores": None}) \
-                    if in_run else None
-                predictions = _predict(cfg, cpu_cfg, run_cfg)
+                predictions = _predict(cfg)
                 nominal_peak, nominal_rate, timeline = predictions[0]
                 peaks = [p for p, _, _ in predictions]
                 rates = [r for _, r, _ in predictions]
                 peak = statistics.median(r["peak_bytes"] for r in runs)
-                rate = statistics.median(r["midrun_batches_per_s"] for r in runs)
                 peak_error = _range_error(min(peaks), max(peaks), peak)
                 rate_error = _range_error(min(rates), max(rates), rate)
+                peak_met, rate_met = abs(peak_error) <= PEAK_TOLERANCE, abs(rate_error) <= THROUGHPUT_TOLERANCE
+                nearest = min(predictions, key=lambda x: abs(x[0] - peak))[2]
                 rows.append({
                     "variant": variant, "setting": setting, "split": cfg.split, "repeats": len(runs),
-                    "quick": bool(meta.get("quick")),
+                    "quick": bool(meta.get("quick")), "run_id": meta.get("run_id"),
                     "measured_peak_bytes": peak, "predicted_peak_bytes": nominal_peak,
                     "predicted_peak_low_bytes": min(peaks), "predicted_peak_high_bytes": max(peaks),
                     "peak_error": peak_error, "measured_batches_per_s": rate,
                     "predicted_batches_per_s": nominal_rate, "predicted_batches_per_s_low": min(rates),
                     "predicted_batches_per_s_high": max(rates), "throughput_error": rate_error,
-                    "peak_met": abs(peak_error) <= PEAK_TOLERANCE,
-                    "throughput_met": abs(rate_error) <= THROUGHPUT_TOLERANCE,
+                    "peak_met": peak_met, "throughput_met": rate_met,
+                    "peak_miss": "" if peak_met else _peak_miss(runs, nearest),
+                    "throughput_miss": "" if rate_met else _rate_miss(runs, rates),
+                    "measured_believed_bytes": _median(runs, "believed_peak_bytes"),
+                    "predicted_believed_bytes": timeline.believed_peak_bytes,
                     "measured_hidden_bytes": statistics.median(r["hidden_peak_bytes"] for r in runs),
                     "predicted_hidden_bytes": timeline.hidden_peak_bytes,
-                    "producer_speeds": ["wall"] + (["cpu"] if has_cpu else []) + (["in-run"] if in_run else []),
+                    "measured_wait_s": _median(runs, "wait_s_median"), "predicted_wait_s": timeline.wait_s_median,
+                    "measured_stall_fraction": _median(runs, "stall_fraction"),
+                    "predicted_stall_fraction": timeline.stall_fraction,
+                    "producer_speed": "cpu" if has_cpu else "wall",
                     "in_run_task_s": in_run,
                     "inputs": {k: v for k, v in asdict(cfg).items() if k != "notes"},
                 })
@@ -271,54 +377,29 @@ def _span(low: float, high: float, fmt: str) -> str:
     return format(low, fmt) if format(low, fmt) == format(high, fmt) else f"{format(low, fmt)}–{format(high, fmt)}"
 
 
+def _fmt(value: float | None, fmt: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value / scale, fmt)
+
+
 def format_comparison(rows: list[dict[str, Any]]) -> str:
-    """The rows of :func:`compare` as a Markdown table (MiB, batches/s, signed errors in %);
-    the model's columns show its range (low–high) where it has one."""
-    headers = ["variant", "setting", "repeats", "peak MiB: lab", "model", "error", "batches/s: lab", "model", "error",
-               "hidden MiB: lab", "model", "within 15 % / 20 %"]
-    body = [[r["variant"], r["setting"], r["repeats"], f"{r['measured_peak_bytes'] / MiB:,.0f}",
-             _span(r["predicted_peak_low_bytes"] / MiB, r["predicted_peak_high_bytes"] / MiB, ",.0f"),
-             f"{r['peak_error']:+.0%}", f"{r['measured_batches_per_s']:.2f}",
-             _span(r["predicted_batches_per_s_low"], r["predicted_batches_per_s_high"], ".2f"),
-             f"{r['throughput_error']:+.0%}", f"{r['measured_hidden_bytes'] / MiB:,.0f}",
-             f"{r['predicted_hidden_bytes'] / MiB:,.0f}",
-             f"{'yes' if r['peak_met'] else 'NO'} / {'yes' if r['throughput_met'] else 'NO'}"] for r in rows]
-    return markdown_table(headers, body, align="llrrrrrrrrrl")
-
-
-def validation_for_site(rows: list[dict[str, Any]], results_file: str | Path) -> dict[str, Any]:
-    """What the playground notebooks read (``validation.json``): the rows of :func:`compare`,
-    the table as Markdown, and where the lab ran (from ``results_file``'s ``meta``)."""
-    meta = json.loads(Path(results_file).read_text())["meta"]
-    lab = {k: meta.get(k) for k in ("ray_version", "device", "cpus", "machine", "quick", "task_s")}
-    return {"lab": lab, "table": format_comparison(rows), "rows": rows,
-            "targets": {"peak": PEAK_TOLERANCE, "throughput": THROUGHPUT_TOLERANCE}}
-
-
-#: what :func:`compare` reads from a run; :func:`trim_results` keeps only these.
-_RUN_FIELDS = ("variant", "repeat", "config", "peak_bytes", "budget_bytes", "believed_peak_bytes", "hidden_peak_bytes",
-               "step_s_median", "batches_per_s", "midrun_batches_per_s", "overall_batches_per_s", "split",
-               "free_objects_period_ms", "peak_breakdown", "first_batch_s", "wait_s_median", "operator_generation",
-               "midrun_step_s_median")
-
-
-def trim_results(run_dir: str | Path, out_dir: str | Path) -> list[Path]:
-    """Copy a lab run's ``results.json`` (and ``free0/results.json``) without the timelines,
-    keeping what :func:`compare` needs: the playground's committed copy of a lab run.
-
-    Returns:
-        The files written.
-    """
-    written = []
-    for rel in ("results.json", "free0/results.json"):
-        src = Path(run_dir) / rel
-        if not src.is_file():
-            continue
-        data = json.loads(src.read_text())
-        meta = {k: v for k, v in data["meta"].items() if k != "probe_cost"}
-        runs = [{k: r[k] for k in _RUN_FIELDS if k in r} for r in data["runs"]]
-        dst = Path(out_dir) / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
-        written.append(dst)
-    return written
+    """The rows of :func:`compare` as a Markdown table (MiB, batches/s, seconds, signed errors
+    in %); the model's columns show its range (low–high) where it has one, and a missed
+    target says where the model and the lab part."""
+    headers = ["variant", "setting", "peak MiB: lab", "model", "error", "b/s after 1st batch: lab", "model", "error",
+               "believed MiB: lab", "model", "hidden MiB: lab", "model", "wait s: lab", "model", "stall D: lab",
+               "model", "within 15 % / 20 %"]
+    body = []
+    for r in rows:
+        verdict = f"{'yes' if r['peak_met'] else 'NO'} / {'yes' if r['throughput_met'] else 'NO'}"
+        misses = "; ".join(m for m in (r.get("peak_miss"), r.get("throughput_miss")) if m)
+        body.append([
+            r["variant"], r["setting"], f"{r['measured_peak_bytes'] / MiB:,.0f}",
+            _span(r["predicted_peak_low_bytes"] / MiB, r["predicted_peak_high_bytes"] / MiB, ",.0f"),
+            f"{r['peak_error']:+.0%}", f"{r['measured_batches_per_s']:.2f}",
+            _span(r["predicted_batches_per_s_low"], r["predicted_batches_per_s_high"], ".2f"),
+            f"{r['throughput_error']:+.0%}", _fmt(r.get("measured_believed_bytes"), ",.0f", MiB),
+            _fmt(r.get("predicted_believed_bytes"), ",.0f", MiB), f"{r['measured_hidden_bytes'] / MiB:,.0f}",
+            f"{r['predicted_hidden_bytes'] / MiB:,.0f}", _fmt(r.get("measured_wait_s"), ".3f"),
+            _fmt(r.get("predicted_wait_s"), ".3f"), _fmt(r.get("measured_stall_fraction"), ".3f"),
+            _fmt(r.get("predicted_stall_fraction"), ".3f"), verdict + (f": {misses}" if misses else "")])
+    return markdown_table(headers, body, align="llrrrrrrrrrrrrrrl")

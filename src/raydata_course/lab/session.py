@@ -112,6 +112,31 @@ class LabSession:
         path = sorted(self.data_dir(config).glob("part-*.parquet"))[0]
         return ray.get(ray.remote(num_cpus=1)(_time_block_tasks).remote(str(path), config.batch_rows, repeats))
 
+    def time_push_send(self, config: LabConfig, repeats: int = 5) -> float:
+        """Seconds a push split's delivery takes on this cluster: an actor call that carries one
+        block's ref as a top-level argument, as the coordinator's sender makes it
+        (``host.__ray_call__.remote(deliver, ..., ref)``, :mod:`raydata_course.push_split.sender`),
+        timed from the call to its reply in the driver, median over ``repeats``. The block is
+        ``config.batch_bytes`` bytes, already in the object store. The simulator's ``send_s``
+        (:mod:`raydata_course.sim.push`).
+        """
+        import numpy as np
+        import ray
+
+        host = ray.remote(num_cpus=0)(_DeliveryHost).remote()
+        try:
+            ray.get(host.__ray_call__.remote(_block_bytes, None))
+            ref = ray.put(np.zeros(config.batch_bytes, dtype=np.uint8))
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                ray.get(host.__ray_call__.remote(_block_bytes, ref))
+                times.append(time.perf_counter() - t0)
+            del ref
+        finally:
+            ray.kill(host)
+        return statistics.median(times)
+
     def producer_rate(self, config: LabConfig) -> dict[str, float]:
         """The producer alone: drain ``config``'s dataset in the driver under its budget with no
         training, as fast as it comes (``iter_batches``, one epoch).
@@ -217,6 +242,15 @@ class LabSession:
                                  name=f"{config.name}-{int(time.time() * 1000)}"),
         )
         trainer.fit()
+
+
+class _DeliveryHost:
+    """An actor that stands for the process hosting a push split (:meth:`LabSession.time_push_send`)."""
+
+
+def _block_bytes(host, block) -> int:
+    """The body of a timed delivery: the block arrives resolved; its bytes (0 for none)."""
+    return 0 if block is None else int(block.nbytes)
 
 
 def _time_block_tasks(path: str, batch_rows: int, repeats: int) -> dict[str, float]:

@@ -73,7 +73,12 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
       ``max(PUSH_STALL_FLOOR, pull's D + PUSH_STALL_MARGIN)``;
     * producer-bound variant: push's production rate after the first batch (the decode's
       output, :func:`~raydata_course.lab.epoch.production_batches_per_s`) is at least
-      ``PUSH_THROUGHPUT_MIN`` times pull's, and push's first batch comes no later than pull's;
+      ``PUSH_THROUGHPUT_MIN`` times pull's, and push's first batch comes no later than pull's.
+      On shared cores the two producers differ in kind: pull's decodes ahead without bound,
+      on the cores its consumers also train on, while push's decodes up to its windows and
+      its share, so its rate follows what its consumers take. What the consumers take after
+      their first batch is printed beside it, not checked: under pull it includes the stock
+      decoded before that batch, as the retired mid-run rate did;
     * every variant: push's peak without the freed-but-not-yet-deleted bytes is at most
       ``PUSH_LIVE_PEAK_MAX`` times the budget; with the lazy free at its default
       (``free_objects_period_ms`` None), push's whole peak is at most the budget plus the
@@ -208,6 +213,11 @@ def rate_where(pull: list[RunResult], push: list[RunResult]) -> str:
 
     words = (f"at mid-run start: pull {stored(pull)}, push {stored(push)} stored; wait per batch: "
              f"pull {med([r.wait_s_median for r in pull]):.3f} s, push {med([r.wait_s_median for r in push]):.3f} s")
+    rates = [[median_recorded(runs, attr) for runs in (pull, push)]
+             for attr in ("production_batches_per_s", "consumption_batches_per_s")]
+    if None not in rates[0] + rates[1]:
+        words += (f"; after the first batch, decoded: pull {rates[0][0]:.2f} b/s, push {rates[0][1]:.2f} b/s; "
+                  f"consumed: pull {rates[1][0]:.2f} b/s, push {rates[1][1]:.2f} b/s")
     early = [median_recorded(runs, "early_batches_per_s") for runs in (pull, push)]
     if None not in early:
         words += (f"; before the window: pull {early[0]:.2f} b/s, push {early[1]:.2f} b/s, the first "

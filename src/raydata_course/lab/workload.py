@@ -100,9 +100,9 @@ class LabConfig:
             is the same for both.
         push_window: the push split's window policy, ``"adaptive"`` (budget-aware) or
             ``"fixed"`` (``prefetch_batches * batch_size`` rows each).
-        push_steer_on_store: the adaptive windows also shrink when the object store's
-            measured usage is over the budget, and the executor's limit comes down by how far it
-            went over: the bytes freed but not yet deleted (see ``push_split``).
+        push_steer_on_store: the bytes the object store holds over the budget (freed but not
+            yet deleted, as measured) are charged to the executor's share, never to the
+            consumers' windows (``push_split``'s ``steer_on_store``).
     """
 
     name: str

@@ -23,6 +23,7 @@ one ``GetNodeStats`` RPC per raylet (``ray/core/generated/node_manager_pb2``, th
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import threading
 import time
@@ -35,6 +36,7 @@ __all__ = [
     "object_store_stats",
     "PlasmaSample",
     "PlasmaSampler",
+    "machine_busy_cpu_s",
     "settle_store",
     "time_probe_cost_s",
 ]
@@ -182,6 +184,9 @@ class PlasmaSample:
             anywhere (zero-copy views keep them alive); None when not classified.
         num_pinned_unreferenced: how many such objects.
         call_s: how long this sample's RPCs took, in seconds.
+        cpu_busy_s: CPU seconds this machine's cores had spent busy (not idle nor waiting on
+            I/O) since boot, summed over cores, from ``/proc/stat`` (:func:`machine_busy_cpu_s`);
+            None where it cannot be read (not Linux).
     """
 
     t_s: float
@@ -192,6 +197,27 @@ class PlasmaSample:
     pinned_unreferenced_bytes: int | None = None
     num_pinned_unreferenced: int | None = None
     call_s: float = 0.0
+    cpu_busy_s: float | None = None
+
+
+def machine_busy_cpu_s(stat_path: str = "/proc/stat") -> float | None:
+    """CPU seconds the machine's cores have been busy since boot, summed over cores: the
+    ``cpu`` line of ``/proc/stat`` less its idle and iowait ticks, over ``SC_CLK_TCK`` (Linux,
+    ``man 5 proc``). None where the file cannot be read.
+
+    Examples:
+        >>> busy = machine_busy_cpu_s()
+        >>> busy is None or busy > 0
+        True
+    """
+    try:
+        with open(stat_path) as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:]]
+        busy = sum(ticks[:8]) - ticks[3] - ticks[4]  # user..steal, less idle and iowait
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _classify(replies, min_object_bytes: int) -> tuple[int, int, int]:
@@ -254,6 +280,7 @@ class PlasmaSampler:
                 replies, self.min_object_bytes
             )
         sample.call_s = time.perf_counter() - start
+        sample.cpu_busy_s = machine_busy_cpu_s()
         return sample
 
     def _run(self) -> None:

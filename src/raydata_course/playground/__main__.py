@@ -21,17 +21,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="the playground's notebooks and its lab results (lab/results.json)")
     args = parser.parse_args(argv)
 
-    from raydata_course.lab.model_check import compare, validation_for_site
-    from raydata_course.playground.site import build_site
+    from raydata_course.lab.model_check import compare
+    from raydata_course.lab.playground_data import validation_for_site
+    from raydata_course.playground.site import DownloadError, build_site
 
     results = args.source / "lab" / "results.json"
     if not results.is_file():
-        print(f"{results} is missing: the playground shows the model against a lab run; copy one there.",
-              file=sys.stderr)
+        print(f"{results} is missing: the playground shows the model against a lab run; run `make lab` and copy "
+              "build/lab/playground/ there.", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    summary = build_site(args.out, jupyter=args.jupyter, notebooks_dir=args.source,
-                         validation=validation_for_site(compare(results), results), cache_dir=args.cache)
+    try:
+        summary = build_site(args.out, jupyter=args.jupyter, notebooks_dir=args.source,
+                             validation=validation_for_site(compare(results), results), cache_dir=args.cache)
+    except DownloadError as exc:
+        print(f"make playground: {exc}", file=sys.stderr)
+        return 2
     summary["build_s"] = round(time.perf_counter() - t0, 1)
     (args.cache / "build-summary.json").write_text(json.dumps(summary, indent=1))
     print(f"[playground] built {args.out}: {summary['site_bytes'] / 1e6:.1f} MB in {summary['site_files']} files, "

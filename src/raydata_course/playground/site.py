@@ -9,7 +9,8 @@ from the package registries alone, with nothing fetched from a CDN, then or late
    depends on, at the versions Pyodide's ``pyodide-lock.json`` names, plus ``comm``) and
    ``simpy``, from PyPI with ``pip download``;
 3. the course's simulator as a wheel of its own (``raydata_course`` with ``raydata_course.sim``
-   only: the rest of the package needs Ray);
+   and the push split's pure rules, :data:`PUSH_RULES`, which the simulator runs: the rest of
+   the package needs Ray);
 4. ``pyodide-lock.json`` rewritten to list only those wheels, with their real sha256, and
    the kernel told never to fall back to PyPI (``disablePyPIFallback``);
 5. ``jupyter lite build`` (JupyterLite and its Pyodide kernel, pinned in
@@ -35,7 +36,7 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["PYODIDE_VERSION", "PYODIDE_INTEGRITY", "PYODIDE_TARBALL_URL", "KERNEL_ROOTS", "COMM_VERSION",
-           "COURSE_WHEEL_NAME", "check_integrity", "render_notebook", "fetch_pyodide", "download_wheel", "course_wheel",
+           "COURSE_WHEEL_NAME", "DownloadError", "PUSH_RULES", "check_integrity", "validation_text", "render_notebook", "fetch_pyodide", "download_wheel", "course_wheel",
            "shipped_lock", "build_site"]
 
 #: Pyodide as ``jupyterlite-pyodide-kernel`` 0.8.6 expects it (its ``constants.PYODIDE_VERSION``).
@@ -48,6 +49,9 @@ PYODIDE_TARBALL_URL = f"https://registry.npmjs.org/pyodide/-/pyodide-{PYODIDE_VE
 KERNEL_ROOTS = ("micropip", "ipython", "jedi")
 #: ``comm`` is not in Pyodide's lock; the kernel's own wheel requires it.
 COMM_VERSION = "0.2.3"
+#: the push split's modules the simulator imports (pure Python: they import nothing of Ray's,
+#: ``tests/test_sim.py`` checks it), shipped with it so the browser runs the same rules.
+PUSH_RULES = ("flow.py", "messages.py", "window.py")
 #: the distribution that carries the simulator into the browser.
 COURSE_WHEEL_NAME = "raydata-course-playground"
 _PLUGIN = "@jupyterlite/pyodide-kernel-extension:kernel"
@@ -58,6 +62,11 @@ PYODIDE_KERNELSPEC = {"name": "python", "display_name": "Python (Pyodide)", "lan
 def _key(name: str) -> str:
     """A package name normalized as pyodide-lock.json's keys are (PEP 503, dashes)."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class DownloadError(RuntimeError):
+    """A first build could not download what it needs (no network, or the registry refused);
+    its message is one line that says what and from where."""
 
 
 def check_integrity(data: bytes, integrity: str) -> None:
@@ -72,12 +81,22 @@ def check_integrity(data: bytes, integrity: str) -> None:
 
 
 def fetch_pyodide(cache_dir: Path, url: str = PYODIDE_TARBALL_URL, integrity: str = PYODIDE_INTEGRITY) -> Path:
-    """The Pyodide npm tarball, downloaded once into ``cache_dir`` and checked every time."""
+    """The Pyodide npm tarball, downloaded once into ``cache_dir`` and checked every time.
+
+    Raises:
+        DownloadError: the tarball is not cached and the registry could not be reached.
+        ValueError: the tarball's sha512 is not ``integrity``.
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / url.rsplit("/", 1)[-1]
     if not path.is_file():
-        with urllib.request.urlopen(url, timeout=300) as response:
-            data = response.read()
+        try:
+            with urllib.request.urlopen(url, timeout=300) as response:
+                data = response.read()
+        except OSError as exc:  # URLError, a timeout, a refused connection
+            raise DownloadError(f"the playground's first build needs the npm registry for Pyodide {PYODIDE_VERSION} "
+                                f"({url}) and could not reach it ({exc}); connect once, later builds use "
+                                f"{cache_dir}") from None
         check_integrity(data, integrity)
         path.write_bytes(data)
     check_integrity(path.read_bytes(), integrity)
@@ -88,7 +107,8 @@ def download_wheel(name: str, version: str, wheel_dir: Path) -> Path:
     """The pure-Python wheel ``name==version`` for Pyodide's Python, from PyPI (cached).
 
     Raises:
-        RuntimeError: pip found no ``py3-none-any`` wheel of that version.
+        DownloadError: pip found no ``py3-none-any`` wheel of that version (no network, or none
+            on PyPI).
     """
     wheel_dir.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[-_.]+", "_", name).lower()
@@ -103,22 +123,30 @@ def download_wheel(name: str, version: str, wheel_dir: Path) -> Path:
                "--dest", str(wheel_dir), f"{name}=={version}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not cached():
-            raise RuntimeError(f"pip found no pure-Python wheel of {name}=={version}: {proc.stderr.strip()[-800:]}")
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise DownloadError(f"the playground's first build needs PyPI for the wheel {name}=={version} and pip "
+                                f"could not get it ({last}); connect once, later builds use {wheel_dir}")
     return cached()[0]
 
 
 def course_wheel(out_dir: Path, version: str) -> Path:
     """Write the wheel that carries ``raydata_course.sim`` into the browser, and return its path.
 
-    Its ``raydata_course/__init__.py`` is a stub: the real one starts with the package's
-    cluster helpers, which need Ray.
+    Its ``raydata_course/__init__.py`` and ``raydata_course/push_split/__init__.py`` are
+    stubs: the real ones start the package's cluster helpers and the coordinator, which need
+    Ray. Beside ``raydata_course.sim`` it carries the push split's :data:`PUSH_RULES`.
     """
-    sim_dir = Path(__file__).resolve().parents[1] / "sim"
+    package = Path(__file__).resolve().parents[1]
+    sim_dir = package / "sim"
     dist = f"{COURSE_WHEEL_NAME.replace('-', '_')}-{version}"
     files = {"raydata_course/__init__.py": b'"""The course package\'s part that runs in the browser: '
                                            b'raydata_course.sim, the simulator."""\n'}
     for path in sorted(sim_dir.glob("*.py")):
         files[f"raydata_course/sim/{path.name}"] = path.read_bytes()
+    files["raydata_course/push_split/__init__.py"] = (b'"""The push split\'s pure rules, which the simulator '
+                                                      b'runs (the coordinator needs Ray)."""\n')
+    for name in PUSH_RULES:
+        files[f"raydata_course/push_split/{name}"] = (package / "push_split" / name).read_bytes()
     files[f"{dist}.dist-info/METADATA"] = (f"Metadata-Version: 2.1\nName: {COURSE_WHEEL_NAME}\nVersion: {version}\n"
                                            "Requires-Dist: simpy\n").encode()
     files[f"{dist}.dist-info/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: raydata_course.playground\n" \
@@ -167,39 +195,46 @@ def shipped_lock(lock: dict, wheels: dict[str, Path], extra: dict[str, dict]) ->
     return {"info": lock["info"], "packages": packages}
 
 
+def validation_text(validation: dict) -> str:
+    """The words above the model-against-lab table, and the table (Markdown): which run, what
+    each column is, the targets. The notebooks print the same in the course's own kernel."""
+    lab = validation["lab"]
+    return (
+        f"Lab run `{lab.get('run_id')}`, on {lab.get('cpus')} CPU cores ({lab.get('device')}, Ray "
+        f"{lab.get('ray_version')}{', quick mode' if lab.get('quick') else ''}). For each variant: what the lab "
+        "measured (median over its repeats) and what the simulator predicts from the lab's own configuration and "
+        "measured task times: the object store's peak, the consumers' rate after their first batch, Ray Data's "
+        "believed peak, the bytes pinned without a ref, the median wait per batch and the stall fraction D. With "
+        "the lazy free on, the simulator gives a range (low–high) over the one input it does not know, the phase "
+        "of the raylet's free timer; a measurement inside the range has error 0. Targets: peak within "
+        f"{validation['targets']['peak']:.0%}, rate within {validation['targets']['throughput']:.0%}; a row that "
+        "misses says where the model and the lab part.\n\n" + validation["table"])
+
+
 def render_notebook(notebook: dict, validation: dict) -> dict:
     """A playground notebook for the site: its kernel is Pyodide's (the source names the course's,
     where the notebook runs too), and the lab's figures are written in: the markdown cell tagged
     ``lab-validation`` gets the model-against-lab table, the code cell tagged ``lab-inputs``
-    defines ``LAB`` (``validation``'s rows: each variant's simulator inputs and errors).
+    defines ``LAB`` (``validation`` whole: the run, each variant's simulator inputs, measurements,
+    predictions and errors, and the table), as :func:`raydata_course.lab.model_check.lab_for_notebooks`
+    gives it in the course's kernel.
 
     Raises:
         ValueError: the notebook lacks either tagged cell.
     """
     notebook = json.loads(json.dumps(notebook))
     notebook["metadata"]["kernelspec"] = PYODIDE_KERNELSPEC
-    lab = validation["lab"]
     found = set()
     for cell in notebook["cells"]:
         tags = cell.get("metadata", {}).get("tags", [])
         if "lab-validation" in tags:
             found.add("lab-validation")
-            cell["source"] = (
-                "## How close the model came to the lab\n\n"
-                f"The lab ran on {lab.get('cpus')} CPU cores ({lab.get('device')}, Ray {lab.get('ray_version')}"
-                f"{', quick mode' if lab.get('quick') else ''}). For each variant: the object store's peak and the "
-                "mid-run throughput the lab measured (median over its repeats), what the simulator predicts from the "
-                "lab's own configuration and measured task times, and the error. The simulator gives a range (low–high) "
-                "where an input is unknown: the phase of the raylet's free timer, and the producer's speed between its "
-                "tasks' CPU and wall times; a measurement inside the range has error 0. Targets: peak within "
-                f"{validation['targets']['peak']:.0%}, throughput within {validation['targets']['throughput']:.0%}.\n\n"
-                + validation["table"])
+            cell["source"] = "## How close the model came to the lab\n\n" + validation_text(validation)
         if "lab-inputs" in tags:
             found.add("lab-inputs")
-            rows = [{k: r[k] for k in ("variant", "setting", "inputs", "peak_error", "throughput_error")}
-                    for r in validation["rows"]]
-            cell["source"] = ("# The lab's measured configuration per variant, written by the playground's build.\n"
-                              "import json\n\nLAB = json.loads(" + repr(json.dumps({"lab": lab, "rows": rows})) + ")")
+            cell["source"] = ("# The lab run this playground shows (its configuration, measurements and the model's\n"
+                              "# predictions per variant), written in by the playground's build.\n"
+                              "import json\n\nLAB = json.loads(" + repr(json.dumps(validation)) + ")")
     missing = {"lab-validation", "lab-inputs"} - found
     if missing:
         raise ValueError(f"the playground notebook lacks the cells tagged {sorted(missing)}.")

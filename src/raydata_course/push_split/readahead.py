@@ -74,42 +74,20 @@ import os
 from typing import Optional
 
 from raydata_course.push_split.ray_internals import op_task_bytes, published_share, real_usage_bytes
+from raydata_course.push_split.window import (AHEAD_BLOCKS, AHEAD_RATIO, TRANSIENT_OUTPUTS, believed_usage_admits,
+                                              read_ahead_cap_bytes)
 
 __all__ = ["ReadAheadPolicy", "install_read_ahead_cap", "AHEAD_BLOCKS", "AHEAD_RATIO", "CAP_OUTPUTS_ENV",
-           "TRANSIENT_OUTPUTS"]
+           "TRANSIENT_OUTPUTS", "read_ahead_cap_bytes"]
 
 #: set to ``1`` to cap the reading of running tasks' outputs too (it holds their task slots);
 #: the push split's own switch, named like Ray Data's ``RAY_DATA_*`` ones
 CAP_OUTPUTS_ENV = "PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS"
 
-#: an operator may keep this many of its average output blocks ahead of its downstream ...
-AHEAD_BLOCKS = 2
-#: ... or this many times its downstream's running tasks' input bytes, when that is more.
-AHEAD_RATIO = 2.0
-#: the budget guard keeps room for this many task outputs counted twice for a moment (a task
-#: that has yielded its output and not yet ended; see the module docstring)
-TRANSIENT_OUTPUTS = 1
-
 try:  # Ray Data's internal interface; without it the cap is not installed
     from ray.data._internal.execution.backpressure_policy import BackpressurePolicy as _Base
 except ImportError:  # pragma: no cover - a Ray without backpressure policies
     _Base = object
-
-
-def read_ahead_cap_bytes(in_flight_input_bytes: float, average_block_bytes: Optional[float]) -> Optional[float]:
-    """The most output bytes an operator may hold: ``max(AHEAD_RATIO × in_flight_input_bytes,
-    AHEAD_BLOCKS × average_block_bytes)``; None (no cap) while its downstream has no input in
-    flight or before it has an average block.
-
-    Examples:
-        >>> read_ahead_cap_bytes(7, 7), read_ahead_cap_bytes(21, 7)
-        (14.0, 42.0)
-        >>> read_ahead_cap_bytes(0, 7) is None, read_ahead_cap_bytes(5, None) is None
-        (True, True)
-    """
-    if not average_block_bytes or not in_flight_input_bytes:
-        return None
-    return max(AHEAD_RATIO * in_flight_input_bytes, AHEAD_BLOCKS * average_block_bytes)
 
 
 class ReadAheadPolicy(_Base):
@@ -155,8 +133,7 @@ class ReadAheadPolicy(_Base):
         if budget is None or not math.isfinite(budget) or budget <= 0:
             return True
         per_task = op.metrics.obj_store_mem_max_pending_output_per_task or 0
-        return self._resource_manager.get_global_usage().object_store_memory + \
-            (1 + TRANSIENT_OUTPUTS) * per_task <= budget
+        return believed_usage_admits(self._resource_manager.get_global_usage().object_store_memory, per_task, budget)
 
     def can_add_input(self, op) -> bool:
         try:

@@ -75,7 +75,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
-__all__ = ["SplitRequest", "SplitState", "Observation", "WindowController", "WindowEvent", "ExecutorShare"]
+__all__ = ["SplitRequest", "SplitState", "Observation", "WindowController", "WindowEvent", "ExecutorShare",
+           "AHEAD_BLOCKS", "AHEAD_RATIO", "TRANSIENT_OUTPUTS", "read_ahead_cap_bytes", "believed_usage_admits"]
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +169,43 @@ class ExecutorShare:
         return real_usage_bytes - self.held_bytes + task_bytes <= self.executor_bytes()
 
 
+#: an operator may keep this many of its average output blocks ahead of its downstream ...
+AHEAD_BLOCKS = 2
+#: ... or this many times its downstream's running tasks' input bytes, when that is more.
+AHEAD_RATIO = 2.0
+#: the budget guard keeps room for this many task outputs counted twice for a moment (a task
+#: that has yielded its output and not yet ended; see the module docstring)
+TRANSIENT_OUTPUTS = 1
+
+
+def read_ahead_cap_bytes(in_flight_input_bytes: float, average_block_bytes: Optional[float]) -> Optional[float]:
+    """The most output bytes an operator may hold: ``max(AHEAD_RATIO × in_flight_input_bytes,
+    AHEAD_BLOCKS × average_block_bytes)``; None (no cap) while its downstream has no input in
+    flight or before it has an average block.
+
+    Examples:
+        >>> read_ahead_cap_bytes(7, 7), read_ahead_cap_bytes(21, 7)
+        (14.0, 42.0)
+        >>> read_ahead_cap_bytes(0, 7) is None, read_ahead_cap_bytes(5, None) is None
+        (True, True)
+    """
+    if not average_block_bytes or not in_flight_input_bytes:
+        return None
+    return max(AHEAD_RATIO * in_flight_input_bytes, AHEAD_BLOCKS * average_block_bytes)
+
+
+def believed_usage_admits(believed_bytes: float, per_task_bytes: float, budget_bytes: float) -> bool:
+    """The budget guard before the controller publishes a share: Ray Data's believed usage
+    plus the task's pending output, plus ``TRANSIENT_OUTPUTS`` more of them, within the
+    budget the user set (bytes; see :mod:`~raydata_course.push_split.readahead`).
+
+    Examples:
+        >>> believed_usage_admits(100, 30, 160), believed_usage_admits(101, 30, 160)
+        (True, False)
+    """
+    return believed_bytes + (1 + TRANSIENT_OUTPUTS) * per_task_bytes <= budget_bytes
+
+
 @dataclass(frozen=True)
 class WindowEvent:
     """One change of one window, for plots and tests: ``(tick, split, rows, why)``."""
@@ -205,6 +243,7 @@ class WindowController:
         warnings: the messages this controller logged.
         warned: kinds of warning already logged (one set for several controllers, one per
             epoch, logs each kind once per split group).
+        log: log each warning (False: only keep it in ``warnings``, as the simulator does).
 
     Raises:
         ValueError: no splits, or a request with ``batch_rows < 1`` or
@@ -226,6 +265,7 @@ class WindowController:
     executor_share_bytes: Optional[float] = field(init=False, default=None)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
+    log: bool = True
     warnings: list[str] = field(init=False, default_factory=list)
     _changed_at: list[int] = field(init=False)
     _idle_since: list[Optional[int]] = field(init=False)
@@ -355,4 +395,5 @@ class WindowController:
         if kind not in self.warned:
             self.warned.add(kind)
             self.warnings.append(message)
-            logger.warning(message)
+            if self.log:
+                logger.warning(message)

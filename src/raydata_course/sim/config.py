@@ -59,10 +59,18 @@ class IngestConfig:
         consumers: number of consuming iterators (training workers), each fed its own blocks.
         batches_per_consumer: batches each consumer trains on.
         prefetch_batches: ``prefetch_batches`` of ``iter_batches`` / ``iter_torch_batches``;
-            under push, the window in batches (``prefetch_batches * batch_size`` rows).
+            under push, the most batches a window may hold ready (its ceiling; the floor is
+            one batch, :mod:`raydata_course.push_split.window`).
         format_cap: the cap on format workers (Ray 2.60: 4); pull uses ``N = min(cap, pf)``.
         format_s: seconds a format worker spends on one batch (collation; zero-copy).
-        step_s: seconds of one training step (the loop's own work).
+        step_s: seconds of one training step (the loop's own work), on cores of its own.
+        step_on_cores: the step is CPU work on the machine's ``cores``, shared with Ray Data's
+            running tasks (``step_s * step_width`` CPU seconds on up to ``step_width`` cores);
+            False: a wait that takes no core.
+        step_width: cores the step's work can use at once (PyTorch's threads).
+        overhead_cpu_s: CPU seconds the machine spends per batch beside the operators' tasks
+            and the steps (Ray's own processes, the split's coordinator, the measurement), run
+            on the shared ``cores`` as the consumer takes each batch; 0: none.
         delay_s: extra seconds per step; > 0 makes a slow consumer.
         task_slots: logical CPUs free for Ray Data tasks (one task takes one).
         cores: physical cores that running tasks share (processor sharing); ``None``: as many
@@ -80,6 +88,16 @@ class IngestConfig:
             under Ray Train (the counted bytes at the peak stay near the budget); False is a
             what-if where those refs escape the budget and the executor runs ahead by them.
         sample_period_s: spacing of the timeline's evenly spaced samples, in seconds.
+        control_interval_s: push: seconds between the window controller's ticks (the
+            coordinator's ``control_interval_s``).
+        send_s: push: seconds from a sender taking a block to its arrival in the consumer's
+            process (measured by the lab as the push round trip).
+        steer_on_store: push: charge the bytes freed but not yet deleted, read from the store
+            every ``store_sample_period_s``, to the executor's share (``push_split``'s
+            ``steer_on_store``; the lab sets it).
+        store_sample_period_s: push: seconds between the controller's store readings.
+        read_ahead_cap: push: the executor runs the read-ahead policy (``push_split``'s
+            ``read_ahead_cap``), with the share guard.
     """
 
     operators: list[Operator]
@@ -91,6 +109,9 @@ class IngestConfig:
     format_cap: int = 4
     format_s: float = 0.0
     step_s: float = 0.0
+    step_on_cores: bool = False
+    step_width: float = 1.0
+    overhead_cpu_s: float = 0.0
     delay_s: float = 0.0
     task_slots: int = 4
     cores: float | None = None
@@ -99,6 +120,11 @@ class IngestConfig:
     startup_s: float = 0.0
     window_counted: bool = True
     sample_period_s: float = 0.1
+    control_interval_s: float = 0.1
+    send_s: float = 0.0
+    steer_on_store: bool = False
+    store_sample_period_s: float = 0.5
+    read_ahead_cap: bool = True
     notes: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -111,12 +137,10 @@ class IngestConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}.")
         if self.prefetch_batches < 0:
             raise ValueError(f"prefetch_batches must be >= 0, got {self.prefetch_batches!r}.")
-        if self.split == "push" and self.prefetch_batches < 1:
-            raise ValueError("the push split's window is prefetch_batches batches; it needs at least 1, "
-                             f"got {self.prefetch_batches!r}.")
         if self.budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes!r}.")
-        for name in ("format_s", "step_s", "delay_s", "free_period_s", "free_phase_s", "startup_s"):
+        for name in ("format_s", "step_s", "delay_s", "free_period_s", "free_phase_s", "startup_s", "send_s",
+                     "overhead_cpu_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}.")
         if self.free_phase_s and not self.free_phase_s < self.free_period_s:
@@ -124,8 +148,9 @@ class IngestConfig:
                              f"got {self.free_phase_s!r}.")
         if self.cores is not None and not self.cores > 0:
             raise ValueError(f"cores must be positive (or None), got {self.cores!r}.")
-        if not self.sample_period_s > 0:
-            raise ValueError(f"sample_period_s must be positive, got {self.sample_period_s!r}.")
+        for name in ("sample_period_s", "control_interval_s", "store_sample_period_s", "step_width"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive seconds, got {getattr(self, name)!r}.")
 
     @property
     def block_bytes(self) -> int:

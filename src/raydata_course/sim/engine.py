@@ -4,7 +4,9 @@ What it models, one mechanism at a time:
 
 **Operators and backpressure.** Each operator's task turns one input block into one output
 block of ``output_bytes``, taking ``task_s`` CPU seconds; running tasks share ``task_slots``
-logical CPUs and ``cores`` physical cores (:class:`~raydata_course.sim.cores.SharedCores`).
+logical CPUs and ``cores`` physical cores (:class:`~raydata_course.sim.cores.SharedCores`),
+with the training steps too where ``step_on_cores`` (the consumers' CPU work), and with the
+machine's other work per batch (``overhead_cpu_s``).
 Ray Data *believes* it uses the bytes of every block some ``ObjectRef`` holds plus the
 outputs its running tasks will write. The executor starts a task only while that belief
 plus the new task's output fits the budget, trying the most downstream operator first.
@@ -20,10 +22,16 @@ blocks pinned by zero-copy batches (hidden), ``N = min(format_cap, prefetch_batc
 workers (queued + in flight), the outer thread's output slot (1), and the batch the training
 loop holds (1): ``N + 2`` hidden batches when the consumer is the slower side.
 
-**Push consumers** (:mod:`raydata_course.push_split`): the coordinator sends a block to a
-split while ``window - (pushed - consumed) > 0`` with a window of ``prefetch_batches``
-batches (one block is one batch); a sent block keeps its ref, so it stays counted, until the
-loop is done with it.
+**Push consumers** (:mod:`raydata_course.push_split`, in :mod:`raydata_course.sim.push`): the
+coordinator's own rules, imported, not re-written: each split's credit (one batch in use plus
+a window of batches ready, at least one), the window controller that grows a stalled
+consumer's window and shrinks an idle one, the executor's share of the budget in real bytes,
+and the backpressure policy that holds the executor's operators to it. A sent block keeps its
+ref, so it stays counted, until the loop is done with it.
+
+**Waits.** Each consumer's wait for each batch (from asking to getting it) is recorded; the
+stall fraction and the rate after the first batch are computed as the lab computes them
+(:func:`raydata_course.sim.timeline.stall_fraction`).
 
 **Lazy free.** A block nothing holds any more is *freed, not deleted* until the raylet's
 next free, one every ``free_period_s`` seconds from ``free_phase_s`` (period 0: at once). A
@@ -49,6 +57,7 @@ import simpy
 
 from raydata_course.sim.config import IngestConfig
 from raydata_course.sim.cores import SharedCores
+from raydata_course.sim.push import PushSide
 from raydata_course.sim.timeline import Timeline
 
 __all__ = ["simulate"]
@@ -65,9 +74,13 @@ class _Consumer:
         self.formatted = 0           # pull: formatted, waiting in the format stage's buffer (hidden)
         self.dropped_s: collections.deque = collections.deque()  # pull: when each hidden block lost its ref
         self.outer = 0               # pull: the outer thread's output slot (hidden)
-        self.inbox = 0               # push: sent, waiting for the loop (counted)
         self.loop_busy = False       # the training loop holds a batch
         self.done_s: list[float] = []
+        self.wait_s: list[float] = []  # the wait for each batch, from asking to getting it
+        self.asked_s = 0.0           # when the loop last asked for a batch
+        self.flow = None             # push: the split's SplitFlow
+        self.arrived = None          # push: sequence numbers of blocks in the consumer's process
+        self.current = None          # push: the batch in use
 
 
 class _Model:
@@ -87,7 +100,9 @@ class _Model:
         self.finished = self.env.event()
         self.timeline = Timeline(cfg.budget_bytes, cfg.block_bytes, cfg.consumers,
                                  batch_done_s=[c.done_s for c in self.consumers],
+                                 batch_wait_s=[c.wait_s for c in self.consumers],
                                  events=collections.Counter())
+        self.push = PushSide(self) if cfg.split == "push" else None
 
     # ------------------------------------------------------------------ bookkeeping
     def _free(self, nbytes: int, ref_dropped_s: float | None = None) -> None:
@@ -137,7 +152,7 @@ class _Model:
                     continue
                 fits = self._believed() + ops[i].output_bytes <= self.cfg.budget_bytes
                 idle = self.running[i] == 0 and not self.queues[i]
-                if fits or idle:
+                if (fits or idle) and (self.push is None or self.push.admits(i)):
                     if not fits:
                         self.timeline.events["over_budget_launches"] += 1
                     self._start_task(i)
@@ -163,6 +178,8 @@ class _Model:
         self.running[i] -= 1
         self.slots_used -= 1
         self.pending -= op.output_bytes
+        if self.push is not None:
+            self.push.task_done(i)
         if input_bytes:
             self.counted -= input_bytes
             self._free(input_bytes)
@@ -226,26 +243,24 @@ class _Model:
         self._step()
 
     def _move_push(self) -> None:
-        window = self.cfg.prefetch_batches
-        while self.queues[-1]:
-            open_ = [c for c in self.consumers if self._quota_left(c) and c.inbox + c.loop_busy < window]
-            if not open_:
-                break
-            c = min(open_, key=lambda c: (c.inbox + c.loop_busy, c.assigned, c.index))
-            self._take_output(c)                                      # stays counted until released
-            c.inbox += 1
-        for c in self.consumers:
-            if not c.loop_busy and c.inbox:
-                c.inbox -= 1
-                self._start_step(c)
+        self.push.move()
 
     def _start_step(self, c: _Consumer) -> None:
         c.loop_busy = True
+        c.wait_s.append(self.env.now - c.asked_s)
         self.taken += 1
+        if self.cfg.overhead_cpu_s:  # the machine's other CPU work for this batch, on the same cores
+            self.cores.run(self.cfg.overhead_cpu_s)
         self.env.process(self._train_step(c))
 
     def _train_step(self, c: _Consumer):
-        yield self.env.timeout(self.cfg.step_s + self.cfg.delay_s)
+        cfg = self.cfg
+        if cfg.step_on_cores and cfg.step_s:   # the step's CPU work shares the cores with the tasks
+            yield self.cores.run(cfg.step_s * cfg.step_width, width=cfg.step_width)
+            if cfg.delay_s:
+                yield self.env.timeout(cfg.delay_s)
+        else:
+            yield self.env.timeout(cfg.step_s + cfg.delay_s)
         block = self.cfg.block_bytes
         c.loop_busy = False
         if self.cfg.split == "pull":
@@ -254,7 +269,9 @@ class _Model:
         else:
             self.counted -= block
             self._free(block)
+            self.push.step_done(c, wait_s=c.wait_s[-1], cycle_s=self.env.now - c.asked_s, first=len(c.done_s) == 0)
         c.done_s.append(self.env.now)
+        c.asked_s = self.env.now
         if all(len(x.done_s) >= self.cfg.batches_per_consumer for x in self.consumers):
             self._record()
             self.finished.succeed()
@@ -286,6 +303,8 @@ class _Model:
         self.env.process(self._start())
         if self.cfg.free_period_s > 0:
             self.env.process(self._lazy_free())
+        if self.push is not None:
+            self.env.process(self.push.control())
         self.env.run(until=self.finished)
         self.timeline.events = dict(self.timeline.events)
         return self.timeline

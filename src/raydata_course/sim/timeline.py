@@ -23,9 +23,10 @@ Examples:
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
-__all__ = ["Timeline"]
+__all__ = ["Timeline", "stall_fraction", "consumption_batches_per_s"]
 
 
 @dataclass
@@ -41,6 +42,11 @@ class Timeline:
         believed_bytes: Ray Data's usage figure at each sample.
         delivered_batches: batches the training loops had taken, in total, at each sample.
         batch_done_s: per consumer, when each of its training steps ended.
+        batch_wait_s: per consumer, how long it waited for each batch (from asking to getting it).
+        windows_t_s / windows_batches: push: each controller tick's time and every split's
+            window (batches ready ahead of the one in use).
+        warnings: push: what the push split's controller warned of (the budget cannot hold
+            the windows asked for, or not even their floor).
         consumer_start_s: when the consumers started iterating (0: with the epoch).
         events: counters of what happened (``tasks``, ``over_budget_launches``, ...).
     """
@@ -55,6 +61,10 @@ class Timeline:
     believed_bytes: list[int] = field(default_factory=list)
     delivered_batches: list[int] = field(default_factory=list)
     batch_done_s: list[list[float]] = field(default_factory=list)
+    batch_wait_s: list[list[float]] = field(default_factory=list)
+    windows_t_s: list[float] = field(default_factory=list)
+    windows_batches: list[list[int]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     consumer_start_s: float = 0.0
     events: dict[str, int] = field(default_factory=dict)
 
@@ -129,6 +139,34 @@ class Timeline:
                 total += (hi - lo) / (times[hi] - times[lo])
         return total
 
+    def consumer_records(self) -> list[dict]:
+        """Each consumer's waits and step ends in the lab's record shape (``t_start_wall_s``,
+        ``wait_s``, ``batch_t_s``), for :func:`stall_fraction` and :func:`consumption_batches_per_s`."""
+        return [{"t_start_wall_s": self.consumer_start_s, "wait_s": list(waits),
+                 "batch_t_s": [t - self.consumer_start_s for t in done]}
+                for waits, done in zip(self.batch_wait_s, self.batch_done_s)]
+
+    @property
+    def stall_fraction(self) -> float | None:
+        """The job-level stall fraction D (:func:`stall_fraction`)."""
+        return stall_fraction(self.consumer_records())
+
+    @property
+    def consumption_batches_per_s(self) -> float | None:
+        """Batches per second after each consumer's first batch, summed (:func:`consumption_batches_per_s`)."""
+        return consumption_batches_per_s(self.consumer_records())
+
+    @property
+    def first_batch_s(self) -> float:
+        """Seconds until the last consumer got its first batch."""
+        return max((w[0] for w in self.batch_wait_s if w), default=0.0)
+
+    @property
+    def wait_s_median(self) -> float | None:
+        """The median wait per batch after each consumer's first (seconds), as the lab reports it."""
+        waits = [w for ws in self.batch_wait_s for w in ws[1:]]
+        return statistics.median(waits) if waits else None
+
     def sampled(self, period_s: float) -> dict[str, list]:
         """The timeline read every ``period_s`` seconds (the last sample at or before each
         time), as the lab's 10 Hz sampler would see it: ``{"t_s", "counted_bytes", ...}``."""
@@ -148,3 +186,54 @@ class Timeline:
                 out[name].append(series[i])
             t += period_s
         return out
+
+
+def _first_and_end_s(c: dict) -> tuple[float, float]:
+    """When consumer ``c`` got its first batch and finished its last step (seconds, the record's clock)."""
+    return c["t_start_wall_s"] + c["wait_s"][0], c["t_start_wall_s"] + c["batch_t_s"][-1]
+
+
+def stall_fraction(consumers: list[dict]) -> float | None:
+    """The job-level stall fraction ``D``: over the steps after every rank's first batch, the
+    sum of the longest wait for a batch across ranks (steps aligned by index: a data-parallel
+    step waits for its slowest rank), over the wall time from the last rank's first batch to
+    the last rank's last step. The wait for the first batch is the execution's start, the same
+    for every split design, and is reported apart. None without two steps.
+
+    Args:
+        consumers: per rank, ``t_start_wall_s`` (seconds), ``wait_s`` (the wait for each batch,
+            seconds) and ``batch_t_s`` (each step's end, seconds after ``t_start_wall_s``): the
+            lab's consumer record, or :meth:`Timeline.consumer_records`.
+
+    Examples:
+        >>> a = {"t_start_wall_s": 0.0, "wait_s": [1.0, 0.0, 0.5, 0.0], "batch_t_s": [2.0, 3.0, 4.5, 5.5]}
+        >>> b = {"t_start_wall_s": 0.0, "wait_s": [1.5, 0.2, 0.0, 0.0], "batch_t_s": [2.5, 3.7, 4.7, 5.7]}
+        >>> round(stall_fraction([a, b]), 3)  # (0.2 + 0.5 + 0.0) over 5.7 - 1.5 s
+        0.167
+    """
+    ranks = [c for c in consumers if len(c.get("wait_s", [])) >= 2 and len(c.get("batch_t_s", [])) >= 2]
+    if not ranks:
+        return None
+    steps = min(len(c["wait_s"]) for c in ranks)
+    waited = sum(max(c["wait_s"][k] for c in ranks) for k in range(1, steps))
+    first = max(_first_and_end_s(c)[0] for c in ranks)
+    end = max(_first_and_end_s(c)[1] for c in ranks)
+    return waited / (end - first) if end > first else None
+
+
+def consumption_batches_per_s(consumers: list[dict]) -> float | None:
+    """The rate at which the consumers took batches after each one's first batch: per consumer,
+    its batches after the first over the time from that first batch to its last step, summed
+    over consumers (batches per second). None without two steps.
+
+    Examples:
+        >>> consumption_batches_per_s([{"t_start_wall_s": 0.0, "wait_s": [1.0, 0, 0], "batch_t_s": [2.0, 3.0, 4.0]}])
+        0.6666666666666666
+    """
+    rates = []
+    for c in consumers:
+        if len(c.get("wait_s", [])) >= 2 and len(c.get("batch_t_s", [])) >= 2:
+            first, end = _first_and_end_s(c)
+            if end > first:
+                rates.append((len(c["batch_t_s"]) - 1) / (end - first))
+    return sum(rates) if rates else None

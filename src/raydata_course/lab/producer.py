@@ -1,0 +1,128 @@
+"""What the producer and the machine did after the consumers' first batch, from the lab's
+samplers: the decode's rate and its blocks (Ray Data's counters, as the probe sampled them),
+and the machine's busy CPU beside the consumers' steps (``/proc/stat``, as the store sampler
+read it). :func:`raydata_course.lab.epoch.measure_epoch` records them; the targets and the
+playground's simulator read them (:mod:`raydata_course.lab.targets`,
+:mod:`raydata_course.lab.model_check`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["production_batches_per_s", "decoded_batches_after", "cpu_after_first_batch", "last_first_batch_wall_s"]
+
+
+def cpu_after_first_batch(samples, consumers: list[dict], t_wall0: float,
+                          decoded_batches: Optional[float] = None) -> Optional[dict]:
+    """What the machine's cores did from the last consumer's first batch to the last step's end.
+
+    Args:
+        samples: the store sampler's readings (``t_s`` seconds since ``t_wall0``, and
+            ``cpu_busy_s``, the machine's busy CPU seconds since boot).
+        consumers: each consumer's record (``t_start_wall_s``, ``wait_s``, ``batch_t_s``,
+            ``step_cpu_s``).
+        t_wall0: ``time.time()`` when the run (and the sampler) started.
+        decoded_batches: batches the decode made in the window (:func:`decoded_batches_after`).
+
+    Returns:
+        ``{"window_s", "machine_cpu_s", "steps_cpu_s", "batches", "decoded_batches"}``: the
+        window's seconds, the machine's busy CPU seconds in it (between the samples nearest its
+        ends), the CPU seconds the consumers' processes used during the steps that ended in
+        it, those steps' count, and ``decoded_batches``; None without two readings of the
+        machine's CPU or two steps.
+
+    Examples:
+        >>> from types import SimpleNamespace as S
+        >>> samples = [S(t_s=t, cpu_busy_s=100 + 1.5 * t) for t in range(10)]
+        >>> c = {"t_start_wall_s": 0.0, "wait_s": [2.0, 0, 0], "batch_t_s": [3.0, 5.0, 8.0], "step_cpu_s": [1, 1, 2]}
+        >>> cpu_after_first_batch(samples, [c], t_wall0=0.0)
+        {'window_s': 6.0, 'machine_cpu_s': 9.0, 'steps_cpu_s': 4.0, 'batches': 3, 'decoded_batches': None}
+    """
+    timed = [(x.t_s, x.cpu_busy_s) for x in samples if getattr(x, "cpu_busy_s", None) is not None]
+    ranks = [c for c in consumers if c.get("wait_s") and len(c.get("batch_t_s", [])) >= 2]
+    if len(timed) < 2 or not ranks:
+        return None
+    first = max(c["t_start_wall_s"] + c["wait_s"][0] for c in ranks) - t_wall0
+    end = max(c["t_start_wall_s"] + c["batch_t_s"][-1] for c in ranks) - t_wall0
+    if end <= first:
+        return None
+
+    def busy_at(t: float) -> float:
+        return min(timed, key=lambda x: abs(x[0] - t))[1]
+
+    steps_cpu, batches = 0.0, 0
+    for c in ranks:
+        cpu = c.get("step_cpu_s") or []
+        for k, t in enumerate(c["batch_t_s"]):
+            if c["t_start_wall_s"] + t - t_wall0 > first:
+                steps_cpu += cpu[k] if k < len(cpu) else 0.0
+                batches += 1
+    return {"window_s": round(end - first, 3), "machine_cpu_s": round(busy_at(end) - busy_at(first), 3),
+            "steps_cpu_s": round(steps_cpu, 3), "batches": batches, "decoded_batches": decoded_batches}
+
+
+def last_first_batch_wall_s(consumers: list[dict]) -> Optional[float]:
+    """When the last consumer got its first batch (``time.time()``); None before any.
+
+    Examples:
+        >>> last_first_batch_wall_s([{"t_start_wall_s": 10.0, "wait_s": [2.0], "batch_t_s": [3.0]},
+        ...                          {"t_start_wall_s": 10.5, "wait_s": [1.0], "batch_t_s": [2.0]}])
+        12.0
+    """
+    return max((c["t_start_wall_s"] + c["wait_s"][0] for c in consumers if c.get("wait_s") and c.get("batch_t_s")),
+               default=None)
+
+
+def _decode_rows_after(probe_samples: list[dict], first_wall_s: Optional[float]
+                       ) -> Optional[tuple[list[dict], list[int], int]]:
+    """The probe samples that carry per-operator rows (in time order), the rows the plan's last
+    task operator (the decode) had made at each, and those it had made by ``first_wall_s``;
+    None without such counters or without ``first_wall_s``."""
+    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
+    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    if index is None or first_wall_s is None:
+        return None
+    rows = [p["op_rows"][index] for p in samples]
+    return samples, rows, max((r for p, r in zip(samples, rows) if p["t_wall_s"] <= first_wall_s), default=0)
+
+
+def decoded_batches_after(probe_samples: list[dict], first_wall_s: Optional[float], batch_rows: int) -> Optional[float]:
+    """Batches of ``batch_rows`` the decode made after ``first_wall_s`` (``time.time()``), from
+    Ray Data's counters as the probe sampled them; None without them.
+
+    Examples:
+        >>> s = lambda t, rows: {"t_wall_s": t, "op_rows": [rows, 0, rows // 2]}
+        >>> decoded_batches_after([s(0, 0), s(2, 100), s(4, 300), s(6, 500)], 2.0, 50)
+        4.0
+    """
+    found = _decode_rows_after(probe_samples, first_wall_s)
+    if found is None or batch_rows < 1:
+        return None
+    _, rows, at_first = found
+    return (rows[-1] - at_first) / batch_rows
+
+
+def production_batches_per_s(probe_samples: list[dict], first_wall_s: Optional[float],
+                             batch_rows: int) -> Optional[float]:
+    """The producer's rate after the consumers' first batch: the rows the plan's last task
+    operator (the decode) made from ``first_wall_s`` (``time.time()``, when the last consumer
+    got its first batch) until it made its last, in batches of ``batch_rows`` per second, from
+    Ray Data's counters as the probe sampled them (``rows_task_outputs_generated``). What a
+    split decoded ahead while its consumers waited for their first batch does not count: a
+    consumer draining such a stock is fast, not its producer. None without probe counters, or
+    when the producer had finished before the first batch.
+
+    Examples:
+        >>> s = lambda t, rows: {"t_wall_s": t, "op_rows": [rows, 0, rows // 2]}
+        >>> production_batches_per_s([s(0, 0), s(2, 100), s(4, 300), s(6, 500), s(7, 500)], 2.0, 50)
+        1.0
+    """
+    found = _decode_rows_after(probe_samples, first_wall_s)
+    if found is None or batch_rows < 1:
+        return None
+    samples, rows, at_first = found
+    done_t = next(p["t_wall_s"] for p, r in zip(samples, rows) if r == rows[-1])
+    if rows[-1] <= at_first or done_t <= first_wall_s:
+        return None
+    return (rows[-1] - at_first) / batch_rows / (done_t - first_wall_s)
