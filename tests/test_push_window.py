@@ -219,6 +219,18 @@ def test_the_executor_gets_the_budget_less_the_reserve_one_task_per_operator_and
     off = WindowController([SplitRequest(20, 80)] * 2)  # the store is read only when asked
     off.tick(Observation(1000, [state, state], task_output_bytes=100, store_bytes=1300))
     assert off.lazy_bytes == 0
+    # every consumer starved (stalled, no batch ready): the lazy free is not charged, so the
+    # producer they all wait for keeps its share; one consumer with a batch ready: charged again
+    starved = SplitState(bytes_per_row=1.0, held_bytes=0, ready_rows=0, steps=9, stall_fraction=0.5)
+    ready = SplitState(bytes_per_row=1.0, held_bytes=40, ready_rows=20, steps=9, stall_fraction=0.5)
+    lazy.tick(Observation(1000, [starved, starved], task_output_bytes=100, store_bytes=1300))
+    assert lazy.lazy_bytes == 300 and lazy.lazy_charged_bytes == 0
+    assert lazy.executor_share_bytes == 1000 - 80 - 100
+    lazy.tick(Observation(1000, [starved, ready], task_output_bytes=100, store_bytes=1300))
+    assert lazy.lazy_charged_bytes == 300 and lazy.executor_share_bytes == 1000 - lazy.reserve_bytes - 100 - 300
+    waiting_not_stalled = SplitState(bytes_per_row=1.0, held_bytes=0, ready_rows=0, steps=9, stall_fraction=0.0)
+    lazy.tick(Observation(1000, [starved, waiting_not_stalled], task_output_bytes=100, store_bytes=1300))
+    assert lazy.lazy_charged_bytes == 300
     # windows holding more than their reserve for a moment (a batch not yet collected)
     heavy = SplitState(bytes_per_row=1.0, held_bytes=90, ready_rows=0, steps=1, stall_fraction=0.0)
     plain.tick(Observation(1000, [heavy, heavy], task_output_bytes=100))

@@ -258,16 +258,20 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
             task_s.update(lab.time_tasks(variants[0]))
             task_s["push_send_s"] = lab.time_push_send(variants[0])
             print(f"[lab] one block's tasks, alone on the cluster (s): {json.dumps(task_s)}", flush=True)
+        train = next((v for v in variants if v.mode == "train"), None)
         bound = next((v for v in variants if v.mode == "train" and v.gpu_step_s > 0), None)
-        if rates is not None and not rates and bound is not None:
-            # The consumer-bound variant stands for a GPU job only if its producer outruns it.
-            rates.update(lab.producer_rate(bound.with_(epochs=1)))
-            rates["consumers_at_most_batches_per_s"] = round(bound.consumers / bound.gpu_step_s, 3)
-            verdict = "outruns" if rates["producer_batches_per_s"] > rates["consumers_at_most_batches_per_s"] \
-                else "does NOT outrun"
-            print(f"[lab] {bound.name}: the producer alone makes {rates['producer_batches_per_s']:.2f} batches/s; "
-                  f"{bound.consumers} consumers at {bound.gpu_step_s} s of GPU stand-in per step take at most "
-                  f"{rates['consumers_at_most_batches_per_s']:.2f} batches/s: the producer {verdict} them", flush=True)
+        if rates is not None and not rates and train is not None:
+            # The consumer-bound variant stands for a GPU job only if its producer outruns it;
+            # the producer-bound one is that only if its consumers outrun the producer.
+            rates.update(lab.producer_rate(train.with_(epochs=1)))
+            print(f"[lab] the producer alone makes {rates['producer_batches_per_s']:.2f} batches/s", flush=True)
+            if bound is not None:
+                rates["consumers_at_most_batches_per_s"] = round(bound.consumers / bound.gpu_step_s, 3)
+                verdict = "outruns" if rates["producer_batches_per_s"] > rates["consumers_at_most_batches_per_s"] \
+                    else "does NOT outrun"
+                print(f"[lab] {bound.name}: {bound.consumers} consumers at {bound.gpu_step_s} s of GPU stand-in per "
+                      f"step take at most {rates['consumers_at_most_batches_per_s']:.2f} batches/s: the producer "
+                      f"{verdict} them", flush=True)
         for config in variants:
             if deadline is not None and time.perf_counter() > deadline:
                 print(f"[lab]{setting} past the deadline: skipped {config.name}", flush=True)
@@ -278,12 +282,34 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
             t = time.perf_counter()
             runs = lab.run(config)
             wall[config.name] = round(time.perf_counter() - t, 1)
+            if rates and config.mode == "train" and config.split == "pull" and not (config.gpu_step_s or config.step_delay_s):
+                _print_producer_bound(config, runs, rates)
             for r in runs:
                 print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / MiB:.0f} MiB, budget {r.budget_bytes / MiB:.0f} MiB, "
                       f"Ray Data believed {r.believed_peak_bytes / MiB:.0f} MiB, hidden {r.hidden_peak_bytes / MiB:.0f} MiB "
                       f"({r.hidden_batches_per_consumer:.1f} batches/consumer)", flush=True)
             results += runs
     return results
+
+
+def _print_producer_bound(config, runs: list, rates: dict) -> None:
+    """Print whether ``config`` (a Train variant with no wait in its step) is producer-bound:
+    its consumers alone, each at its median measured step (seconds, the step's CPU part run
+    beside the producer), take batches faster than the producer alone makes them. Records
+    ``<variant>_consumers_at_most_batches_per_s`` in ``rates``."""
+    import math
+    import statistics
+
+    steps = [r.step_s_median for r in runs if r.step_s_median and math.isfinite(r.step_s_median)]
+    if not steps:
+        return
+    step_s = statistics.median(steps)
+    ceiling = round(config.consumers / step_s, 3)
+    rates[f"{config.name}_consumers_at_most_batches_per_s"] = ceiling
+    verdict = "outrun" if ceiling > rates["producer_batches_per_s"] else "do NOT outrun"
+    print(f"[lab] {config.name}: {config.consumers} consumers at a median step of {step_s:.3f} s take at most "
+          f"{ceiling:.2f} batches/s; the producer alone makes {rates['producer_batches_per_s']:.2f}: the consumers "
+          f"{verdict} it", flush=True)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,9 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         "window_t_s": [round(t, 3) for t in window_t],
         "windows_rows": [w["windows_rows"] for w in windows],
         "window_held_bytes": [w["held_bytes"] for w in windows],
+        # the controller's L (bytes over the budget, remembered) and the part of it charged to E
+        "window_lazy_bytes": [w.get("lazy_bytes") for w in windows],
+        "window_lazy_charged_bytes": [w.get("lazy_charged_bytes") for w in windows],
         # each consumer's wait for each batch, at the batch's arrival (seconds since the run started)
         "waits": [{"t_s": [round(c["t_start_wall_s"] - t_wall0 + (c["batch_t_s"][k - 1] if k else 0.0) + w, 3)
                            for k, w in enumerate(c["wait_s"][:len(c["batch_t_s"])])],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from raydata_course.lab.workload import ROW_BYTES, LabConfig
 from raydata_course.units import MiB
 
-__all__ = ["variants_for", "GPU_STEP_S", "CPU_STEP_ROWS"]
+__all__ = ["variants_for", "GPU_STEP_S", "CPU_STEP_ROWS", "FAST_STEP_ROWS"]
 
 #: the consumer-bound Train variant's GPU stand-in: seconds of pure wait per step
 #: (``LabConfig.gpu_step_s``), long enough that the producer alone outruns two consumers on
@@ -18,6 +18,13 @@ __all__ = ["variants_for", "GPU_STEP_S", "CPU_STEP_ROWS"]
 GPU_STEP_S = 0.6
 #: ... and the rows of each batch its real training step runs on (a CPU part of a few ms)
 CPU_STEP_ROWS = 8
+#: the producer-bound Train variant's step: a real training step on this many rows of each
+#: batch, with no wait, so that the two consumers alone take batches faster than the
+#: producer alone makes them (``make lab`` prints both rates). Trained on whole 32 MiB
+#: batches instead, each step takes about 0.35 s of the two cores the decode needs too: the
+#: producer then outruns its consumers and decodes ahead (pull: 605 MiB stored as the epoch's
+#: middle opened, lab run 20261206T022813Z-222213), and the variant is bound by neither side.
+FAST_STEP_ROWS = 32
 
 
 def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig]:
@@ -30,7 +37,8 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
     budget in an 8 GiB store, one DDP (NCCL) worker per GPU (NCCL allows one rank per GPU).
     ``driver-slow`` sleeps 0.25 s after each real step; ``train-slow`` stands for a GPU job:
     each step is ``GPU_STEP_S`` of pure wait (a CUDA kernel on a GPU) and a real step on
-    ``CPU_STEP_ROWS`` rows; the fast variants train on whole batches with no wait.
+    ``CPU_STEP_ROWS`` rows; ``driver-fast`` trains on whole batches with no wait;
+    ``train-fast`` is producer-bound: a real step on ``FAST_STEP_ROWS`` rows, no wait.
     ``quick`` keeps only the slow variants, one epoch of 12 (driver) or 8 (Train) batches.
     ``push`` adds, after each Train variant, the same variant sharded by the push-based
     split (``<name>-push``).
@@ -56,7 +64,9 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
     if not quick:
         variants += [
             base.with_(name="driver-fast", mode="driver", consumers=1, step_delay_s=fast),
-            base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast),
+            # producer-bound: the consumers alone outrun the producer alone
+            base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast,
+                       cpu_step_rows=FAST_STEP_ROWS),
         ]
     if push:
         variants = [w for v in variants

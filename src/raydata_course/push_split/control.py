@@ -111,7 +111,7 @@ class Control:
                         publish_share(executor, st.share)
                     st.share.reserve_bytes = controller.reserve_bytes
                     st.share.task_bytes = controller.task_bytes
-                    st.share.lazy_bytes = controller.lazy_bytes
+                    st.share.lazy_bytes = controller.lazy_charged_bytes
                     st.share.held_bytes = st.held_bytes()
                     wake()  # the share moved: an idle executor looks again now
                 if len(st.window_history) < HISTORY_LIMIT:
@@ -121,6 +121,7 @@ class Control:
                         "store_bytes": store_bytes, "limit_bytes": limit_bytes,
                         "reserve_bytes": int(controller.reserve_bytes), "task_bytes": int(controller.task_bytes),
                         "lazy_bytes": int(controller.lazy_bytes),
+                        "lazy_charged_bytes": int(controller.lazy_charged_bytes),
                         "share_bytes": None if controller.executor_share_bytes is None
                         else int(controller.executor_share_bytes),
                         "stall_fractions": [s.stall_fraction for s in states], "key": self._key})
@@ -144,6 +145,6 @@ class Control:
         ``store_bytes`` (measured, or None on a tick that did not read the store, see
         :data:`STORE_SAMPLE_INTERVAL_S`), ``limit_bytes`` (Ray Data's limit, as read),
         ``reserve_bytes`` (``W``), ``task_bytes`` (``R``), ``lazy_bytes`` (``L``),
-        ``share_bytes`` (``E`` at the tick), ``stall_fractions`` (per split) and ``key``."""
+        ``lazy_charged_bytes`` (the part of ``L`` charged), ``share_bytes`` (``E`` at the tick), ``stall_fractions`` (per split) and ``key``."""
         with self._state.cond:
             return self._state.window_history[start:]

@@ -26,7 +26,11 @@ where ``held`` is what the windows hold right now (a batch consumed but not yet 
 collected can take them past ``W`` for a moment) and ``L``, with ``steer_on_store``, is how
 far the object store's measured usage went over ``B`` (the bytes the raylet freed but has not
 deleted yet, a decaying maximum): the lazy free is charged to the executor's share only, never
-to the consumers' reserve. The executor's operators may start a task while their real bytes
+to the consumers' reserve, and only while some consumer keeps up. While every consumer is
+starved (stalled, no batch ready), charging it would slow the very producer they all wait for;
+the store then holds at most ``B - (W - held)`` plus those freed bytes, and ``held`` is under
+one batch per split: the budget plus what the raylet frees lazily, a stock the consumers'
+own rate sets (``make lab`` bounds it by the consumption rate times the free period). The executor's operators may start a task while their real bytes
 plus that task's output fit ``E``; an operator with no task running may always start one
 (liveness), so the executor goes over ``E`` by at most one task output per operator, which
 ``R`` holds (:class:`~raydata_course.push_split.readahead.ReadAheadPolicy`). Everything real,
@@ -237,7 +241,9 @@ class WindowController:
         windows_rows: the current window of each split, rows ahead of the batch in use.
         reserve_bytes: the consumers' reserve ``W`` (bytes).
         task_bytes: one task output per operator, ``R`` (the largest seen, bytes).
-        lazy_bytes: ``L``, with ``steer_on_store`` (bytes).
+        lazy_bytes: ``L``, with ``steer_on_store`` (bytes): remembered, decaying.
+        lazy_charged_bytes: the part of ``L`` charged to the executor's share at the last
+            tick: ``L``, or 0 while every consumer is starved (see the module docstring).
         executor_share_bytes: ``E``; None while the budget is unknown.
         events: every window change (:class:`WindowEvent`).
         warnings: the messages this controller logged.
@@ -262,6 +268,7 @@ class WindowController:
     reserve_bytes: float = field(init=False, default=0.0)
     task_bytes: float = field(init=False, default=0.0)
     lazy_bytes: float = field(init=False, default=0.0)
+    lazy_charged_bytes: float = field(init=False, default=0.0)
     executor_share_bytes: Optional[float] = field(init=False, default=None)
     events: list[WindowEvent] = field(init=False, default_factory=list)
     warned: set[str] = field(default_factory=set)
@@ -336,13 +343,20 @@ class WindowController:
         if budget is not None:
             self._enforce(obs, budget)
         self.reserve_bytes = self._reserve(obs, self.windows_rows)
+        self.lazy_charged_bytes = 0.0 if self._all_starved(obs) else self.lazy_bytes
         if budget is not None:
             held = float(sum(s.held_bytes for s in obs.splits))
-            self.executor_share_bytes = max(budget - max(self.reserve_bytes, held) - self.task_bytes - self.lazy_bytes,
-                                            0.0)
+            self.executor_share_bytes = max(
+                budget - max(self.reserve_bytes, held) - self.task_bytes - self.lazy_charged_bytes, 0.0)
         return list(self.windows_rows)
 
     # ------------------------------------------------------------------ helpers
+
+    def _all_starved(self, obs: Observation) -> bool:
+        """Whether every consumer waits for the producer: its stall fraction is above
+        ``stall_threshold`` and it has no whole batch ready beyond the one in use."""
+        return all(s.stall_fraction is not None and s.stall_fraction > self.stall_threshold
+                   and s.ready_rows < req.batch_rows for req, s in zip(self.requests, obs.splits))
 
     def _reserve(self, obs: Observation, windows: list[int]) -> float:
         """``W`` for these windows: each split's window plus its batch in use, at its bytes per

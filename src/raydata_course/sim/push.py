@@ -148,7 +148,7 @@ class PushSide:
                 self.share = ExecutorShare(cfg.budget_bytes)
             self.share.reserve_bytes = self.controller.reserve_bytes
             self.share.task_bytes = self.controller.task_bytes
-            self.share.lazy_bytes = self.controller.lazy_bytes
+            self.share.lazy_bytes = self.controller.lazy_charged_bytes
             self._sync_held()
             m.timeline.warnings = list(self.controller.warnings)
             m.timeline.windows_t_s.append(m.env.now)
