@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/read_ahead_outputs.py [--rounds 1] [--out build/bench-read-ahead]
 
-Runs the lab's fast Train variant, pull and push (``python -m raydata_course.lab --variants
-train-fast,train-fast-push``: 3 epochs each, with the raylet's lazy free at its default and
+Runs the lab's fast Train variant with its steps on whole batches, pull and push (``python -m
+raydata_course.lab --variants train-fast,train-fast-push --fast-step-rows 0``: 3 epochs each, with the raylet's lazy free at its default and
 off), once with the read-ahead cap reading running tasks' outputs only up to the cap
 (``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1``, as the policy first did) and once with every
 running task's outputs read (``=0``, the default; new inputs are capped in both), in turn,
@@ -77,7 +77,7 @@ def run_lab(out: Path, cap_outputs: bool) -> tuple[dict, dict, float]:
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "raydata_course.lab", "--variants", "train-fast,train-fast-push",
-                           "--out", str(out)], env=env, capture_output=True, text=True)
+                           "--fast-step-rows", "0", "--out", str(out)], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"the lab run failed (exit {proc.returncode}); its last output:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return summarize(out / "results.json"), summarize(out / "free0" / "results.json"), time.monotonic() - t0

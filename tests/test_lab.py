@@ -551,3 +551,17 @@ def test_the_push_table_gives_medians_ratios_and_the_executor_loop_cpu():
     assert cells["push"]["push peak / pull peak"] == "0.84"
     assert "free_objects_period_milliseconds=0" in table
     assert format_push_table(runs[:3]) == ""  # no push twin: no table
+
+
+def test_the_producer_bound_variant_trains_on_a_few_rows_and_its_step_rows_can_be_set(capsys, tmp_path):
+    """``train-fast`` (pull and push) trains on ``FAST_STEP_ROWS`` rows of each batch with no
+    wait; ``--fast-step-rows`` must be at least 0 and is refused with a clear line otherwise."""
+    from raydata_course.lab.__main__ import main
+    from raydata_course.lab.variants import FAST_STEP_ROWS, variants_for
+
+    fast = [v for v in variants_for("cpu", quick=False, push=True) if v.name.startswith("train-fast")]
+    assert [v.name for v in fast] == ["train-fast", "train-fast-push"]
+    assert all(v.cpu_step_rows == FAST_STEP_ROWS and 0 < FAST_STEP_ROWS < v.batch_rows for v in fast)
+    assert all(v.step_delay_s == 0 and v.gpu_step_s == 0 for v in fast)
+    assert main(["--fast-step-rows", "-1", "--out", str(tmp_path), "--device", "cpu"]) == 2
+    assert "--fast-step-rows must be >= 0, got -1" in capsys.readouterr().err

@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/lab"), help="output folder (default build/lab)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--variants", default="", help="comma-separated subset of variant names")
+    parser.add_argument("--fast-step-rows", type=int, default=None, metavar="ROWS",
+                        help="rows of each batch the producer-bound Train variant (train-fast) trains on "
+                             "(default: raydata_course.lab.variants.FAST_STEP_ROWS; 0: the whole batch, "
+                             "as the variant was before it was made producer-bound)")
     parser.add_argument("--push", action=argparse.BooleanOptionalAction, default=None,
                         help="also run the push-based split, with the raylet's lazy free on and off "
                              "(default: on for a full run, off for --quick)")
@@ -112,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     push = (not args.quick) if args.push is None else args.push
     variants = variants_for(device, args.quick, push=push)
+    if args.fast_step_rows is not None:
+        if args.fast_step_rows < 0:
+            print(f"--fast-step-rows must be >= 0, got {args.fast_step_rows}", file=sys.stderr)
+            return 2
+        variants = [v.with_(cpu_step_rows=args.fast_step_rows) if v.name.startswith("train-fast") else v
+                    for v in variants]
     if args.gpu_check:
         variants = [v.with_(epochs=1) for v in variants if v.mode == "train"]
     deadline = time.perf_counter() + args.deadline_s if args.gpu_check else None
