@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,13 @@ def test_the_host_sees_scratch_space_processes_opens_and_writers(sandboxed):
 
     with view.watch() as watch:
         next_step()
+        # The step's writes and the child's start can all fall between two of the watch's
+        # samples; the child lives 30 s, so keep the watch open until the host lists it (the
+        # watch samples on its own thread meanwhile), for at most 5 s.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+                t.startswith("ray::Pretend") for t in view.titles().values()):
+            time.sleep(0.05)
     assert watch.shm_growth_bytes() >= 24 * MiB and watch.tmp_growth_bytes() >= 8 * MiB
     assert watch.pids_titled("ray::Pretend", new_only=True), watch.titles  # a title is only a title
 
