@@ -4,8 +4,8 @@
                                                      [--out build/bench-budget-sweep]
 
 On one local cluster with the raylet's lazy free off (``free_objects_period_milliseconds=0``,
-as ``make lab``'s second setting), runs the lab's fast Train variant, its steps on whole batches (``cpu_step_rows=0``), with the pull split at
-the lab's budget (256 MiB), then the same variant with the push split at each of
+as ``make lab``'s second setting), runs the lab's fast Train variant, its steps on whole
+batches (``fast_step_rows=0``), with the pull split at the lab's budget (256 MiB), then the same variant with the push split at each of
 ``--budgets`` (MiB), 3 epochs each, ``--rounds`` times. Pull ignores its budget (that is the
 overage the lab reproduces), so a push that needed more decoded stock than the budget
 allows would gain mid-run throughput as its budget grows.
@@ -78,9 +78,9 @@ def run_round(out: Path, budgets_mib: list[int]) -> tuple[list[RunResult], dict[
     from raydata_course.lab.session import LabSession
     from raydata_course.lab.variants import variants_for
 
-    by_name = {v.name: v for v in variants_for("cpu", quick=False, push=True)}
     # the fast Train variant as these figures were first measured: steps on whole batches
-    pull_cfg, push_cfg = (by_name[name].with_(cpu_step_rows=0) for name in ("train-fast", "train-fast-push"))
+    by_name = {v.name: v for v in variants_for("cpu", quick=False, push=True, fast_step_rows=0)}
+    pull_cfg, push_cfg = by_name["train-fast"], by_name["train-fast-push"]
     t0 = time.monotonic()
     with LabSession(out, object_store_bytes=pull_cfg.object_store_bytes, num_cpus=pull_cfg.num_cpus,
                     system_config={"free_objects_period_milliseconds": 0}, warm_up=True) as lab:

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/read_ahead_outputs.py [--rounds 1] [--out build/bench-read-ahead]
 
 Runs the lab's fast Train variant with its steps on whole batches, pull and push (``python -m
-raydata_course.lab --variants train-fast,train-fast-push --fast-step-rows 0``: 3 epochs each, with the raylet's lazy free at its default and
-off), once with the read-ahead cap reading running tasks' outputs only up to the cap
+raydata_course.lab --variants train-fast,train-fast-push --fast-step-rows 0``: 3 epochs each,
+with the raylet's lazy free at its default and off), once with the read-ahead cap reading running tasks' outputs only up to the cap
 (``PUSH_SPLIT_READ_AHEAD_CAP_OUTPUTS=1``, as the policy first did) and once with every
 running task's outputs read (``=0``, the default; new inputs are capped in both), in turn,
 ``--rounds`` times

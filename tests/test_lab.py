@@ -563,5 +563,7 @@ def test_the_producer_bound_variant_trains_on_a_few_rows_and_its_step_rows_can_b
     assert [v.name for v in fast] == ["train-fast", "train-fast-push"]
     assert all(v.cpu_step_rows == FAST_STEP_ROWS and 0 < FAST_STEP_ROWS < v.batch_rows for v in fast)
     assert all(v.step_delay_s == 0 and v.gpu_step_s == 0 for v in fast)
+    whole = {v.name: v.cpu_step_rows for v in variants_for("cpu", quick=False, push=True, fast_step_rows=0)}
+    assert whole["train-fast"] == whole["train-fast-push"] == 0 and whole["train-slow"] > 0
     assert main(["--fast-step-rows", "-1", "--out", str(tmp_path), "--device", "cpu"]) == 2
     assert "--fast-step-rows must be >= 0, got -1" in capsys.readouterr().err

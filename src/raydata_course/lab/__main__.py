@@ -115,13 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         print("--device cuda was asked for, but torch sees no CUDA device.", file=sys.stderr)
         return 2
     push = (not args.quick) if args.push is None else args.push
-    variants = variants_for(device, args.quick, push=push)
-    if args.fast_step_rows is not None:
-        if args.fast_step_rows < 0:
-            print(f"--fast-step-rows must be >= 0, got {args.fast_step_rows}", file=sys.stderr)
-            return 2
-        variants = [v.with_(cpu_step_rows=args.fast_step_rows) if v.name.startswith("train-fast") else v
-                    for v in variants]
+    if args.fast_step_rows is not None and args.fast_step_rows < 0:
+        print(f"--fast-step-rows must be >= 0, got {args.fast_step_rows}", file=sys.stderr)
+        return 2
+    variants = variants_for(device, args.quick, push=push,
+                            **({} if args.fast_step_rows is None else {"fast_step_rows": args.fast_step_rows}))
     if args.gpu_check:
         variants = [v.with_(epochs=1) for v in variants if v.mode == "train"]
     deadline = time.perf_counter() + args.deadline_s if args.gpu_check else None
@@ -257,6 +255,8 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
     variant after ``deadline`` (a ``time.perf_counter()`` value), saying which were skipped;
     an empty ``task_s`` dict is filled first with
     :meth:`~raydata_course.lab.session.LabSession.time_tasks`."""
+    from raydata_course.lab.targets import consumer_bound
+
     results = []
     setting = "" if system_config is None else f" [{system_config}]"
     if deadline is not None and time.perf_counter() > deadline:
@@ -292,7 +292,7 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
             t = time.perf_counter()
             runs = lab.run(config)
             wall[config.name] = round(time.perf_counter() - t, 1)
-            if rates and config.mode == "train" and config.split == "pull" and not (config.gpu_step_s or config.step_delay_s):
+            if rates and config.mode == "train" and config.split == "pull" and not consumer_bound(config.as_dict()):
                 _print_producer_bound(config, runs, rates)
             for r in runs:
                 print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / MiB:.0f} MiB, budget {r.budget_bytes / MiB:.0f} MiB, "

@@ -27,7 +27,7 @@ CPU_STEP_ROWS = 8
 FAST_STEP_ROWS = 32
 
 
-def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig]:
+def variants_for(device: str, quick: bool, push: bool = False, fast_step_rows: int = FAST_STEP_ROWS) -> list[LabConfig]:
     """The lab's variants: slow and fast consumers, in the driver and under Ray Train.
 
     CPU: 32 MiB batches, ``prefetch_batches=4``, a 256 MiB Ray Data budget in a 2 GiB store,
@@ -38,7 +38,8 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
     ``driver-slow`` sleeps 0.25 s after each real step; ``train-slow`` stands for a GPU job:
     each step is ``GPU_STEP_S`` of pure wait (a CUDA kernel on a GPU) and a real step on
     ``CPU_STEP_ROWS`` rows; ``driver-fast`` trains on whole batches with no wait;
-    ``train-fast`` is producer-bound: a real step on ``FAST_STEP_ROWS`` rows, no wait.
+    ``train-fast`` is producer-bound: a real step on ``fast_step_rows`` rows (default
+    ``FAST_STEP_ROWS``; 0: the whole batch, as the variant was before), no wait.
     ``quick`` keeps only the slow variants, one epoch of 12 (driver) or 8 (Train) batches.
     ``push`` adds, after each Train variant, the same variant sharded by the push-based
     split (``<name>-push``).
@@ -66,7 +67,7 @@ def variants_for(device: str, quick: bool, push: bool = False) -> list[LabConfig
             base.with_(name="driver-fast", mode="driver", consumers=1, step_delay_s=fast),
             # producer-bound: the consumers alone outrun the producer alone
             base.with_(name="train-fast", mode="train", consumers=train_consumers, step_delay_s=fast,
-                       cpu_step_rows=FAST_STEP_ROWS),
+                       cpu_step_rows=fast_step_rows),
         ]
     if push:
         variants = [w for v in variants

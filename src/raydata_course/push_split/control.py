@@ -145,6 +145,7 @@ class Control:
         ``store_bytes`` (measured, or None on a tick that did not read the store, see
         :data:`STORE_SAMPLE_INTERVAL_S`), ``limit_bytes`` (Ray Data's limit, as read),
         ``reserve_bytes`` (``W``), ``task_bytes`` (``R``), ``lazy_bytes`` (``L``),
-        ``lazy_charged_bytes`` (the part of ``L`` charged), ``share_bytes`` (``E`` at the tick), ``stall_fractions`` (per split) and ``key``."""
+        ``lazy_charged_bytes`` (the part of ``L`` charged), ``share_bytes`` (``E`` at the tick),
+        ``stall_fractions`` (per split) and ``key``."""
         with self._state.cond:
             return self._state.window_history[start:]
