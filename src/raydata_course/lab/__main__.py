@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--push", action=argparse.BooleanOptionalAction, default=None,
                         help="also run the push-based split, with the raylet's lazy free on and off "
                              "(default: on for a full run, off for --quick)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="run the producer-bound pull and push variants alternately, one epoch per run "
+                             "(pull, push, pull, ...), instead of each variant's epochs in one run")
     parser.add_argument("--compare-with", nargs="*", type=Path, default=[], metavar="RESULTS_JSON",
                         help="results.json files of other Ray versions to put beside this run in one table")
     parser.add_argument("--gpu-check", action="store_true",
@@ -139,14 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     task_s: dict = {}
     rates: dict = {}
     results = _run_variants(LabSession, out, variants, wall, system_config=None, warm_up=not args.quick,
-                            deadline=deadline, task_s=task_s, rates=None if args.quick else rates)
+                            deadline=deadline, task_s=task_s, rates=None if args.quick else rates,
+                            interleave=args.interleave)
     push_results = {None: results}
     if push and any(v.split == "push" for v in variants):
         train_variants = [v for v in variants if v.mode == "train"]
         free0_wall: dict = {}
         push_results[0] = _run_variants(LabSession, out / "free0", train_variants, free0_wall,
                                         system_config={"free_objects_period_milliseconds": 0},
-                                        warm_up=not args.quick, deadline=deadline)
+                                        warm_up=not args.quick, deadline=deadline, interleave=args.interleave)
         wall.update({f"{k} (free 0 ms)": v for k, v in free0_wall.items()})
     rows = summarize(results)
     table = format_table(rows, ray.__version__)
@@ -250,7 +254,8 @@ def _model_check(out: Path, run_id: str) -> str:
 
 
 def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm_up: bool,
-                  deadline: float | None = None, task_s: dict | None = None, rates: dict | None = None) -> list:
+                  deadline: float | None = None, task_s: dict | None = None, rates: dict | None = None,
+                  interleave: bool = False) -> list:
     """Run ``variants`` on one fresh local cluster started with ``system_config``; start no
     variant after ``deadline`` (a ``time.perf_counter()`` value), saying which were skipped;
     an empty ``task_s`` dict is filled first with
@@ -282,24 +287,69 @@ def _run_variants(session_cls, out, variants, wall: dict, *, system_config, warm
                 print(f"[lab] {bound.name}: {bound.consumers} consumers at {bound.gpu_step_s} s of GPU stand-in per "
                       f"step take at most {rates['consumers_at_most_batches_per_s']:.2f} batches/s: the producer "
                       f"{verdict} them", flush=True)
-        for config in variants:
+        done: dict[str, list] = {}
+        for config, repeat in _schedule(variants, interleave):
             if deadline is not None and time.perf_counter() > deadline:
                 print(f"[lab]{setting} past the deadline: skipped {config.name}", flush=True)
                 continue
             print(f"[lab]{setting} {config.name}: {config.mode}, {config.consumers} consumer(s), pf={config.prefetch_batches}, "
                   f"{config.batch_bytes / MiB:.1f} MiB batches, {config.batches_per_consumer} batches x "
-                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step, GPU stand-in {config.gpu_step_s} s/step ...", flush=True)
+                  f"{config.epochs} epoch(s), delay {config.step_delay_s} s/step, GPU stand-in {config.gpu_step_s} s/step"
+                  f"{'' if repeat is None else f', repeat {repeat} (interleaved)'} ...", flush=True)
             t = time.perf_counter()
             runs = lab.run(config)
-            wall[config.name] = round(time.perf_counter() - t, 1)
-            if rates and config.mode == "train" and config.split == "pull" and not consumer_bound(config.as_dict()):
-                _print_producer_bound(config, runs, rates)
+            if repeat is not None:
+                for r in runs:
+                    r.repeat = repeat
+            wall[config.name] = round(wall.get(config.name, 0.0) + time.perf_counter() - t, 1)
+            done.setdefault(config.name, []).extend(runs)
             for r in runs:
                 print(f"[lab]   epoch {r.repeat}: peak {r.peak_bytes / MiB:.0f} MiB, budget {r.budget_bytes / MiB:.0f} MiB, "
                       f"Ray Data believed {r.believed_peak_bytes / MiB:.0f} MiB, hidden {r.hidden_peak_bytes / MiB:.0f} MiB "
                       f"({r.hidden_batches_per_consumer:.1f} batches/consumer)", flush=True)
+        for config in variants:
+            runs = done.get(config.name, [])
+            if runs and rates and config.mode == "train" and config.split == "pull" and not consumer_bound(config.as_dict()):
+                _print_producer_bound(config, runs, rates)
             results += runs
     return results
+
+
+def _schedule(variants, interleave: bool) -> list:
+    """The order the lab runs ``variants`` in: ``(config, repeat)`` pairs. Without
+    ``interleave``, each variant once with all its epochs (``repeat`` None: each epoch is a
+    repeat). With it, a producer-bound pull variant and its push partner (``<name>-push``)
+    alternate, one epoch per run, ``epochs`` times (pull, push, pull, push, ...), so that a
+    slow drift of a shared machine's speed falls on both splits alike; ``repeat`` is then the
+    pair's index. Every other variant runs as without ``interleave``.
+
+    Examples:
+        >>> from types import SimpleNamespace as V
+        >>> fast = lambda name, split: V(name=name, epochs=2, split=split, as_dict=dict,
+        ...                              with_=lambda **k: f"{name} x1")
+        >>> slow = V(name="s", epochs=3, split="pull", as_dict=lambda: {"gpu_step_s": 0.25})
+        >>> vs = [fast("a", "pull"), fast("a-push", "push"), slow, V(name="s-push", epochs=3)]
+        >>> [(c if isinstance(c, str) else c.name, r) for c, r in _schedule(vs, True)]
+        [('a x1', 0), ('a-push x1', 0), ('a x1', 1), ('a-push x1', 1), ('s', None), ('s-push', None)]
+        >>> [r for _, r in _schedule(vs, False)]
+        [None, None, None, None]
+    """
+    from raydata_course.lab.targets import consumer_bound
+
+    names = {v.name: v for v in variants}
+    order, paired = [], set()
+    for v in variants:
+        if v.name in paired:
+            continue
+        partner = names.get(f"{v.name}-push")
+        if interleave and partner is not None and getattr(v, "split", "") == "pull" and \
+                not consumer_bound(v.as_dict()):
+            paired.add(partner.name)
+            for k in range(v.epochs):
+                order += [(v.with_(epochs=1), k), (partner.with_(epochs=1), k)]
+        else:
+            order.append((v, None))
+    return order
 
 
 def _print_producer_bound(config, runs: list, rates: dict) -> None:

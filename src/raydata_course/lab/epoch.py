@@ -31,7 +31,9 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   longer than that waited, for a core or for the other ranks;
 - ``timeline["op_tasks"]``: at each probe sample, each operator's running tasks (upstream
   first, named in ``timeline["operators"]``): how many decode tasks the executor could run
-  at once, and which operators held task slots;
+  at once, and which operators held task slots; ``timeline["op_rows"]``: at the same samples,
+  the rows each operator's tasks had made (``rows_task_outputs_generated``), so that the
+  producer's rate can be read over any part of the epoch;
 - ``stall_fraction`` (the job-level ``D`` a GPU user means: the time the slowest rank waited
   for its batch, over the steps after the first batch, over the wall time), the producer's
   rate after the first batch (from Ray Data's counters) and the consumers' rate, and
@@ -214,6 +216,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         "external_consumer_bytes": [p["external_consumer_bytes"] for p in probe_samples],
         "executor": [p["executor"] for p in probe_samples],
         "op_tasks": [p.get("op_tasks") for p in probe_samples],
+        "op_rows": [p.get("op_rows") for p in probe_samples],
         "operators": probe_samples[0]["operators"] if probe_samples else [],
         "window_t_s": [round(t, 3) for t in window_t],
         "windows_rows": [w["windows_rows"] for w in windows],
