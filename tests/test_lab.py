@@ -567,3 +567,42 @@ def test_the_producer_bound_variant_trains_on_a_few_rows_and_its_step_rows_can_b
     assert whole["train-fast"] == whole["train-fast-push"] == 0 and whole["train-slow"] > 0
     assert main(["--fast-step-rows", "-1", "--out", str(tmp_path), "--device", "cpu"]) == 2
     assert "--fast-step-rows must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_interleave_alternates_the_producer_bound_pair_one_epoch_per_run(tmp_path):
+    """With ``interleave``, the lab runs ``train-fast`` and ``train-fast-push`` alternately,
+    one epoch per run; each run's result carries its pair's index as its repeat, the results
+    stay grouped by variant, and a variant's wall time is the sum of its runs. The
+    consumer-bound pair runs as before, all its epochs in one run."""
+    from types import SimpleNamespace
+
+    from raydata_course.lab.__main__ import _run_variants
+    from raydata_course.lab.variants import variants_for
+
+    variants = [v for v in variants_for("cpu", quick=False, push=True) if v.mode == "train"]
+    calls = []
+
+    class Session:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def run(self, config):
+            calls.append((config.name, config.epochs))
+            return [SimpleNamespace(variant=config.name, repeat=k, peak_bytes=0, budget_bytes=1, believed_peak_bytes=0,
+                                    hidden_peak_bytes=0, hidden_batches_per_consumer=0.0) for k in range(config.epochs)]
+
+    wall: dict = {}
+    results = _run_variants(Session, tmp_path, variants, wall, system_config=None, warm_up=False, interleave=True)
+    assert calls == [("train-slow", 3), ("train-slow-push", 3)] + [("train-fast", 1), ("train-fast-push", 1)] * 3
+    assert [(r.variant, r.repeat) for r in results] == [
+        (name, k) for name in ("train-slow", "train-slow-push", "train-fast", "train-fast-push") for k in range(3)]
+    assert set(wall) == {"train-slow", "train-slow-push", "train-fast", "train-fast-push"}
+    calls.clear()
+    _run_variants(Session, tmp_path, variants, {}, system_config=None, warm_up=False)
+    assert calls == [(v.name, 3) for v in variants]

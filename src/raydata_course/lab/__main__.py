@@ -342,8 +342,7 @@ def _schedule(variants, interleave: bool) -> list:
         if v.name in paired:
             continue
         partner = names.get(f"{v.name}-push")
-        if interleave and partner is not None and getattr(v, "split", "") == "pull" and \
-                not consumer_bound(v.as_dict()):
+        if interleave and partner is not None and v.split == "pull" and not consumer_bound(v.as_dict()):
             paired.add(partner.name)
             for k in range(v.epochs):
                 order += [(v.with_(epochs=1), k), (partner.with_(epochs=1), k)]
