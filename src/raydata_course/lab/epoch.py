@@ -36,7 +36,8 @@ of one epoch (one *repeat*), :func:`measure_epoch` derives:
   producer's rate can be read over any part of the epoch;
 - ``stall_fraction`` (the job-level ``D`` a GPU user means: the time the slowest rank waited
   for its batch, over the steps after the first batch, over the wall time), the producer's
-  rate after the first batch (from Ray Data's counters) and the consumers' rate, and
+  rate over the epoch and after the first batch (from Ray Data's counters), the share of the
+  files read by that batch, and the consumers' rate, and
   ``live_peak_bytes``, the store's peak without the bytes freed but not yet deleted;
 - ``loop_cpu_s``: the CPU seconds the executor's scheduling thread used in the epoch (summed
   over the epoch's executions; ``RayDataSample.loop_cpu_s``): Ray Data's own overhead in the
@@ -60,8 +61,10 @@ from raydata_course.lab.buffer_model import hidden_batches
 from raydata_course.lab.producer import (
     cpu_after_first_batch,
     decoded_batches_after,
+    epoch_production_batches_per_s,
     last_first_batch_wall_s,
     production_batches_per_s,
+    read_done_at,
 )
 from raydata_course.lab.workload import LabConfig
 from raydata_course.sim.timeline import consumption_batches_per_s, stall_fraction
@@ -124,6 +127,10 @@ class RunResult:
     consumption_batches_per_s: Optional[float] = None
     #: batches per second the producer made after the consumers' first batch (:func:`~raydata_course.lab.producer.production_batches_per_s`)
     production_batches_per_s: Optional[float] = None
+    #: batches per second the producer made over the whole epoch, its start to its last block (:func:`~raydata_course.lab.producer.epoch_production_batches_per_s`)
+    epoch_production_batches_per_s: Optional[float] = None
+    #: the share of the read's rows made by the consumers' first batch (:func:`~raydata_course.lab.producer.read_done_at`)
+    read_done_at_first_batch: Optional[float] = None
     #: the store's peak without the bytes freed but not yet deleted: referenced + pinned, at
     #: the classified samples (bytes)
     live_peak_bytes: Optional[int] = None
@@ -260,6 +267,8 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         h2d_gb_per_s=h2d_bytes / sum(h2d_s) / 1e9 if h2d_s and sum(h2d_s) > 0 else None,
         stall_fraction=stall_fraction(consumers), consumption_batches_per_s=consumption_batches_per_s(consumers),
         production_batches_per_s=production_batches_per_s(probe_samples, first_wall, config.batch_rows),
+        epoch_production_batches_per_s=epoch_production_batches_per_s(probe_samples, consumers, config.batch_rows),
+        read_done_at_first_batch=read_done_at(probe_samples, first_wall),
         live_peak_bytes=max((s.referenced_bytes + (s.pinned_unreferenced_bytes or 0) for s in classified), default=None),
         cpu_after_first_batch=cpu_after_first_batch(samples, consumers, t_wall0,
                                                     decoded_batches_after(probe_samples, first_wall, config.batch_rows)),

@@ -95,7 +95,10 @@ def build_image_parquet(
 
     Args:
         directory: folder for ``part-*.parquet`` and a ``manifest.json``; reused as is when
-            the manifest matches the arguments.
+            the manifest matches the arguments, or matches them but for holding more rows
+            (a reader takes the files it needs in order, as
+            :func:`raydata_course.lab.workload.build_dataset` does), so variants of different
+            lengths share one folder instead of rewriting it in turn.
         num_rows: number of crops (rows).
         encoded_side: side of each stored JPEG, in pixels.
         rows_per_file: rows per Parquet file.
@@ -117,8 +120,11 @@ def build_image_parquet(
     wanted = {"num_rows": num_rows, "encoded_side": encoded_side, "rows_per_file": rows_per_file,
               "quality": quality, "seed": seed, "photos": [n for n, _ in PHOTOS]}
     manifest = folder / "manifest.json"
-    if manifest.is_file() and json.loads(manifest.read_text()) == wanted:
-        return folder
+    if manifest.is_file():
+        have = json.loads(manifest.read_text())
+        if have == wanted or (isinstance(have.get("num_rows"), int) and have["num_rows"] >= num_rows
+                              and {**have, "num_rows": num_rows} == wanted):
+            return folder
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("part-*.parquet"):
         old.unlink()

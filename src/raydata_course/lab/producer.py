@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["production_batches_per_s", "decoded_batches_after", "cpu_after_first_batch", "last_first_batch_wall_s"]
+__all__ = ["production_batches_per_s", "epoch_production_batches_per_s", "read_done_at", "decoded_batches_after",
+           "cpu_after_first_batch", "last_first_batch_wall_s"]
 
 
 def cpu_after_first_batch(samples, consumers: list[dict], t_wall0: float,
@@ -126,3 +127,54 @@ def production_batches_per_s(probe_samples: list[dict], first_wall_s: Optional[f
     if rows[-1] <= at_first or done_t <= first_wall_s:
         return None
     return (rows[-1] - at_first) / batch_rows / (done_t - first_wall_s)
+
+
+def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[dict], batch_rows: int) -> Optional[float]:
+    """The producer's rate over the whole epoch: the rows the plan's last task operator (the
+    decode) made, in batches of ``batch_rows``, over the seconds from the epoch's start to
+    its last block. The start is the first consumer's start (``t_start_wall_s``) or the first
+    probe sample at which an operator had a task running or had made rows, whichever is
+    earlier, so the window holds everything the producer did for the epoch: listing the
+    files, reading them and decoding them. From Ray Data's counters as the probe sampled them
+    (``rows_task_outputs_generated``, ``timeline["op_rows"]``); None without them.
+
+    This is the producer's pace that a producer-bound job sees (seconds per epoch). Its rate
+    after the first batch (:func:`production_batches_per_s`) depends on what a split did
+    before that batch: a pull split over its budget lists and reads every file first, and
+    then only decodes (:func:`read_done_at`).
+
+    Examples:
+        >>> s = lambda t, rows, tasks=(0, 0): {"t_wall_s": t, "op_rows": [rows, rows // 2], "op_tasks": list(tasks)}
+        >>> c = [{"t_start_wall_s": 1.0}, {"t_start_wall_s": 1.5}]
+        >>> epoch_production_batches_per_s([s(0, 0), s(2, 0, (1, 0)), s(4, 200), s(6, 400), s(7, 400)], c, 50)
+        0.8
+    """
+    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
+    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    starts = [c["t_start_wall_s"] for c in consumers if c.get("t_start_wall_s") is not None]
+    busy = [p["t_wall_s"] for p in samples if any(p["op_rows"]) or any(p.get("op_tasks") or [])]
+    if index is None or batch_rows < 1 or not (starts or busy):
+        return None
+    start = min(starts + busy[:1])
+    final = samples[-1]["op_rows"][index]
+    done_t = next(p["t_wall_s"] for p in samples if p["op_rows"][index] == final)
+    return final / batch_rows / (done_t - start) if done_t > start else None
+
+
+def read_done_at(probe_samples: list[dict], at_wall_s: Optional[float]) -> Optional[float]:
+    """The share of its rows the read (the operator just upstream of the decode, the plan's
+    last task operator) had made by ``at_wall_s`` (``time.time()``), from Ray Data's counters
+    as the probe sampled them: 1.0 when every file was read by then. None without the
+    counters, ``at_wall_s``, or an operator upstream of the decode.
+
+    Examples:
+        >>> s = lambda t, read, dec: {"t_wall_s": t, "op_rows": [0, read, dec]}
+        >>> read_done_at([s(0, 0, 0), s(2, 300, 100), s(4, 400, 400)], 2.0)
+        0.75
+    """
+    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
+    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    if index is None or index < 1 or at_wall_s is None or not samples[-1]["op_rows"][index - 1]:
+        return None
+    done = max((p["op_rows"][index - 1] for p in samples if p["t_wall_s"] <= at_wall_s), default=0)
+    return done / samples[-1]["op_rows"][index - 1]

@@ -143,8 +143,9 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     peak without the freed-but-not-yet-deleted bytes over the budget, the bytes of the store's
     largest classified sample split into referenced by the executor / referenced by the push
     split's windows (the coordinator's refs) / pinned-unreferenced / freed-not-deleted,
-    push's peak as a fraction of pull's, throughput (overall, and after each consumer's first
-    batch, batches/s, with push over pull), the job-level stall fraction ``D``
+    push's peak as a fraction of pull's, throughput (the consumers' overall, batches/s; the
+    producer's over the whole epoch and after the consumers' first batch, with push over pull;
+    the share of the files read by that batch), the job-level stall fraction ``D``
     (:func:`~raydata_course.lab.epoch.stall_fraction`), the first batch's wait, and where a
     consumer's time went: its training step and its wait for the next batch (medians, seconds). A slower step under push with no more waiting is CPU the
     producer takes while the consumers train, instead of before (pull's hidden buffers let
@@ -161,7 +162,8 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
     headers = ["variant", "split", "repeats", "budget MiB", "peak MiB (median, min-max)", "peak / budget",
                "peak without freed-not-deleted / budget",
                "at peak: executor / windows / pinned-unref / freed-not-deleted MiB", "push peak / pull peak", "overall b/s",
-               "produced after first batch b/s", "push/pull produced", "stall D", "first batch s",
+               "produced over the epoch b/s", "push/pull produced over the epoch", "produced after first batch b/s",
+               "push/pull produced after first batch", "files read by first batch", "stall D", "first batch s",
                "step / wait s (median)", "executor loop CPU s", "run s"]
     body = []
     names = pull_push_pairs(results)
@@ -180,6 +182,8 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
                 "freed": med([r.peak_breakdown.get("freed_not_deleted_bytes", 0) for r in runs]),
                 "overall": med([r.overall_batches_per_s for r in runs]),
                 "production": median_recorded(runs, "production_batches_per_s") or 0.0,
+                "epoch_production": median_recorded(runs, "epoch_production_batches_per_s"),
+                "read_at_first": median_recorded(runs, "read_done_at_first_batch"),
                 "stall": median_recorded(runs, "stall_fraction"),
                 "live": median_recorded(runs, "live_peak_bytes"),
                 "first": med([r.first_batch_s for r in runs]),
@@ -191,19 +195,24 @@ def format_push_table(results: list[RunResult], free_objects_period_ms: Optional
             is_push = split == "push"
             ratio = f"{push['peak'] / pull['peak']:.2f}" if is_push and pull["peak"] else ""
             both = is_push and pull["production"]
+            both_epoch = is_push and pull["epoch_production"] and push["epoch_production"] is not None
             body.append([name, split, len(r["runs"]), _mib(r["budget"]),
                          f"{_mib(r['peak'])} ({_mib(r['min'])}-{_mib(r['max'])})", f"{r['peak'] / r['budget']:.2f}",
                          "n/a" if r["live"] is None else f"{r['live'] / r['budget']:.2f}",
                          f"{_mib(r['ref'])} / {_mib(r['win']) if is_push else '-'} / {_mib(r['pin'])} / {_mib(r['freed'])}", ratio,
-                         f"{r['overall']:.2f}", f"{r['production']:.2f}",
+                         f"{r['overall']:.2f}",
+                         "n/a" if r["epoch_production"] is None else f"{r['epoch_production']:.2f}",
+                         f"{push['epoch_production'] / pull['epoch_production']:.2f}" if both_epoch else "",
+                         f"{r['production']:.2f}",
                          f"{push['production'] / pull['production']:.2f}" if both else "",
+                         "n/a" if r["read_at_first"] is None else f"{r['read_at_first']:.0%}",
                          "n/a" if r["stall"] is None else f"{r['stall']:.3f}", f"{r['first']:.2f}",
                          f"{r['step']:.3f} / {r['wait']:.3f}",
                          f"{med(r['loop']):.2f}" if r["loop"] else "n/a",
                          ", ".join(f"{x.wall_s:.1f}" for x in r["runs"])])
     if not names:
         return ""
-    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrrlrl")
+    return f"Pull vs push, raylet {setting}\n\n" + markdown_table(headers, body, align="llrrlrrlrrrrrrrrrlrl")
 
 
 def format_gpu_table(results: list[RunResult]) -> str:
