@@ -236,6 +236,12 @@ def test_ray_data_probe_reads_usage_and_limit(ray_cluster):
         assert len(s["op_bytes"]) == len(s["op_pending_bytes"]) == len(s["op_tasks"]) == len(s["operators"])
         assert sum(s["op_bytes"]) == s["usage_bytes"]
         assert all(0 <= p <= b for p, b in zip(s["op_pending_bytes"], s["op_bytes"]))
+    # the blocks each operator made: the map's 2000 rows of 4096 bytes, made per 2000-row epoch
+    from raydata_course.lab.producer import made_bytes_per_batch
+
+    last = max(samples, key=lambda s: s["t_wall_s"])
+    assert last["op_rows"][-1] == 2000 and last["op_out_bytes"][-1] >= 2000 * 4096, last
+    assert made_bytes_per_batch(samples, 2000) == sum(last["op_out_bytes"]) >= 2000 * 4096
     where = _believed_operators(samples)
     top = max(s["usage_bytes"] for s in samples)
     assert sum(o["bytes"] for o in where) == top and "MapBatches" in where[-1]["operator"]
@@ -341,6 +347,12 @@ def test_push_targets_mean_what_a_gpu_user_means():
     lazy = {(c["variant"], c["target"]): c for c in push_targets(runs, None)}
     bound = lazy[("train-slow", "push peak / budget (lazy free: budget + consumption rate x 1 s) <=")]
     assert bound["bound"] == pytest.approx(1 + 3.0 * 32 / 256) and bound["met"]  # 300 <= 256 + 96
+    # the raylet keeps every block freed in the period: per batch taken, the batch and the
+    # encoded block it was decoded from, as the run's counters measured them
+    runs[1].made_bytes_per_batch = 36 * MiB
+    lazy = {(c["variant"], c["target"]): c for c in push_targets(runs, None)}
+    bound = lazy[("train-slow", "push peak / budget (lazy free: budget + consumption rate x 1 s) <=")]
+    assert bound["bound"] == pytest.approx(1 + 3.0 * 36 / 256) and bound["met"]
     # a pull that stalls more lifts push's bound to its D + 1 point; a push over it says where it waited
     stalled = push_targets([_result("train-slow", peak_mib=500, stall=0.05),
                             _result("train-slow-push", peak_mib=250, live_mib=250, stall=0.07)], 0)

@@ -63,6 +63,7 @@ from raydata_course.lab.producer import (
     decoded_batches_after,
     epoch_production_batches_per_s,
     last_first_batch_wall_s,
+    made_bytes_per_batch,
     production_batches_per_s,
     read_done_at,
 )
@@ -131,6 +132,8 @@ class RunResult:
     epoch_production_batches_per_s: Optional[float] = None
     #: the share of the read's rows made by the consumers' first batch (:func:`~raydata_course.lab.producer.read_done_at`)
     read_done_at_first_batch: Optional[float] = None
+    #: the bytes the plan's operators made per batch, the batch and the blocks it was made from (:func:`~raydata_course.lab.producer.made_bytes_per_batch`)
+    made_bytes_per_batch: Optional[int] = None
     #: the store's peak without the bytes freed but not yet deleted: referenced + pinned, at
     #: the classified samples (bytes)
     live_peak_bytes: Optional[int] = None
@@ -269,6 +272,7 @@ def measure_epoch(config: LabConfig, repeat: int, samples, probe_samples: list[d
         production_batches_per_s=production_batches_per_s(probe_samples, first_wall, config.batch_rows),
         epoch_production_batches_per_s=epoch_production_batches_per_s(probe_samples, consumers, config.batch_rows),
         read_done_at_first_batch=read_done_at(probe_samples, first_wall),
+        made_bytes_per_batch=made_bytes_per_batch(probe_samples, config.batch_rows),
         live_peak_bytes=max((s.referenced_bytes + (s.pinned_unreferenced_bytes or 0) for s in classified), default=None),
         cpu_after_first_batch=cpu_after_first_batch(samples, consumers, t_wall0,
                                                     decoded_batches_after(probe_samples, first_wall, config.batch_rows)),

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["production_batches_per_s", "epoch_production_batches_per_s", "read_done_at", "decoded_batches_after",
+__all__ = ["production_batches_per_s", "epoch_production_batches_per_s", "read_done_at", "made_bytes_per_batch",
+           "decoded_batches_after",
            "cpu_after_first_batch", "last_first_batch_wall_s"]
 
 
@@ -178,3 +179,27 @@ def read_done_at(probe_samples: list[dict], at_wall_s: Optional[float]) -> Optio
         return None
     done = max((p["op_rows"][index - 1] for p in samples if p["t_wall_s"] <= at_wall_s), default=0)
     return done / samples[-1]["op_rows"][index - 1]
+
+
+def made_bytes_per_batch(probe_samples: list[dict], batch_rows: int) -> Optional[int]:
+    """The bytes the plan's operators made per batch over the epoch: every operator's output
+    blocks (``bytes_task_outputs_generated``, the file listing's, the read's and the decode's)
+    over the batches of ``batch_rows`` rows the last one (the decode) made, in bytes. Each of
+    those blocks is freed once, so a consumer that takes a batch frees, in steady state, the
+    batch and the blocks it was made from (the encoded block the decode read). From the
+    probe's last sample that carries the counters; None without them.
+
+    Examples:
+        >>> s = {"t_wall_s": 1.0, "op_rows": [0, 10, 400, 400], "op_out_bytes": [0, 100, 4000, 32000]}
+        >>> made_bytes_per_batch([s], 100)
+        9025
+    """
+    samples = sorted((p for p in probe_samples if p.get("op_rows") and p.get("op_out_bytes")),
+                     key=lambda p: p["t_wall_s"])
+    if not samples or batch_rows < 1:
+        return None
+    last = samples[-1]
+    index = max((i for i, rows in enumerate(last["op_rows"]) if rows), default=None)
+    if index is None:
+        return None
+    return round(sum(last["op_out_bytes"]) / (last["op_rows"][index] / batch_rows))

@@ -91,8 +91,12 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
       ``PUSH_LIVE_PEAK_MAX`` times the budget; with the lazy free at its default
       (``free_objects_period_ms`` None), push's whole peak is at most the budget plus the
       consumption rate (push's batches/s after the first batch,
-      :func:`~raydata_course.lab.epoch.consumption_batches_per_s`, times the batch's bytes)
-      times ``LAZY_FREE_PERIOD_S``; pull's peak is at least ``PUSH_PULL_OVERAGE_MIN`` times the budget.
+      :func:`~raydata_course.lab.epoch.consumption_batches_per_s`, times the bytes each batch
+      frees: the batch and the blocks it was made from, the encoded block the decode read,
+      :func:`~raydata_course.lab.producer.made_bytes_per_batch`; the batch's bytes alone for
+      results that lack it) times ``LAZY_FREE_PERIOD_S``: the raylet keeps every block freed
+      in the period, the read's blocks as well as the batches; pull's peak is at least
+      ``PUSH_PULL_OVERAGE_MIN`` times the budget.
 
     Args:
         results: one cluster setting's runs, pull and push.
@@ -138,7 +142,9 @@ def push_targets(results: list[RunResult], free_objects_period_ms: Optional[int]
             # the rate at which the consumers free batches: after their first one (the wait for
             # it frees nothing); the overall rate where results lack it
             rate = median_recorded(push, "consumption_batches_per_s") or med([r.overall_batches_per_s for r in push])
-            rate_bytes_s = rate * cfg.get("batch_bytes", 0)
+            # every block freed in the period stays: per batch taken, the batch and the blocks
+            # it was made from (the batch's bytes where results lack the plan's counters)
+            rate_bytes_s = rate * (median_recorded(push, "made_bytes_per_batch") or cfg.get("batch_bytes", 0))
             bound = 1.0 + rate_bytes_s * LAZY_FREE_PERIOD_S / budget
             top = sorted(push, key=lambda r: r.peak_bytes)[(len(push) - 1) // 2]
             check(name, "push peak / budget (lazy free: budget + consumption rate x 1 s)",

@@ -68,6 +68,8 @@ class RayDataSample:
             whatever slowed the tasks, the machine's other load included).
         op_rows: per operator, upstream first, the rows of those blocks
             (``OpRuntimeMetrics.rows_task_outputs_generated``).
+        op_out_bytes: per operator, upstream first, the bytes of those blocks
+            (``OpRuntimeMetrics.bytes_task_outputs_generated``).
         loop_cpu_s: CPU seconds the executor's scheduling thread had used since it started
             (``time.thread_time`` at its latest sampled loop step; the executor is a thread
             of its own, ``StreamingExecutor(threading.Thread)``). A loop that finds nothing
@@ -89,6 +91,7 @@ class RayDataSample:
     op_generation_s: list[float] = field(default_factory=list)
     op_rows: list[int] = field(default_factory=list)
     loop_cpu_s: float = 0.0
+    op_out_bytes: list[int] = field(default_factory=list)
 
 
 try:
@@ -169,9 +172,10 @@ class RayDataProbe(_ExecutionCallback):
         op_tasks = [int(getattr(op.metrics, "num_tasks_running", 0) or 0) for op in topology]
         op_generation_s = [float(getattr(op.metrics, "block_generation_time", 0) or 0) for op in topology]
         op_rows = [int(getattr(op.metrics, "rows_task_outputs_generated", 0) or 0) for op in topology]
+        op_out_bytes = [_finite(getattr(op.metrics, "bytes_task_outputs_generated", 0) or 0) for op in topology]
         return RayDataSample(time.time(), now, self._pid, self._id, _finite(usage), _finite(limit),
                              int(external), [op.name for op in topology], op_bytes, op_pending, op_tasks,
-                             op_generation_s, op_rows, self._loop_cpu_s)
+                             op_generation_s, op_rows, self._loop_cpu_s, op_out_bytes)
 
     def _flush(self) -> None:
         self._last_flush = time.monotonic()
