@@ -76,13 +76,22 @@ def last_first_batch_wall_s(consumers: list[dict]) -> Optional[float]:
                default=None)
 
 
+def _counted(probe_samples: list[dict], *keys: str) -> tuple[list[dict], Optional[int]]:
+    """The probe samples that carry Ray Data's per-operator counters (``op_rows`` and any of
+    ``keys``), in time order, and the index of the plan's last task operator that made rows
+    (the decode); None for the index without such samples."""
+    samples = sorted((p for p in probe_samples if p.get("op_rows") and all(p.get(k) for k in keys)),
+                     key=lambda p: p["t_wall_s"])
+    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    return samples, index
+
+
 def _decode_rows_after(probe_samples: list[dict], first_wall_s: Optional[float]
                        ) -> Optional[tuple[list[dict], list[int], int]]:
     """The probe samples that carry per-operator rows (in time order), the rows the plan's last
     task operator (the decode) had made at each, and those it had made by ``first_wall_s``;
     None without such counters or without ``first_wall_s``."""
-    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
-    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    samples, index = _counted(probe_samples)
     if index is None or first_wall_s is None:
         return None
     rows = [p["op_rows"][index] for p in samples]
@@ -150,8 +159,7 @@ def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[di
         >>> epoch_production_batches_per_s([s(0, 0), s(2, 0, (1, 0)), s(4, 200), s(6, 400), s(7, 400)], c, 50)
         0.8
     """
-    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
-    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    samples, index = _counted(probe_samples)
     starts = [c["t_start_wall_s"] for c in consumers if c.get("t_start_wall_s") is not None]
     busy = [p["t_wall_s"] for p in samples if any(p["op_rows"]) or any(p.get("op_tasks") or [])]
     if index is None or batch_rows < 1 or not (starts or busy):
@@ -173,8 +181,7 @@ def read_done_at(probe_samples: list[dict], at_wall_s: Optional[float]) -> Optio
         >>> read_done_at([s(0, 0, 0), s(2, 300, 100), s(4, 400, 400)], 2.0)
         0.75
     """
-    samples = sorted((p for p in probe_samples if p.get("op_rows")), key=lambda p: p["t_wall_s"])
-    index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
+    samples, index = _counted(probe_samples)
     if index is None or index < 1 or at_wall_s is None or not samples[-1]["op_rows"][index - 1]:
         return None
     done = max((p["op_rows"][index - 1] for p in samples if p["t_wall_s"] <= at_wall_s), default=0)
@@ -194,12 +201,8 @@ def made_bytes_per_batch(probe_samples: list[dict], batch_rows: int) -> Optional
         >>> made_bytes_per_batch([s], 100)
         9025
     """
-    samples = sorted((p for p in probe_samples if p.get("op_rows") and p.get("op_out_bytes")),
-                     key=lambda p: p["t_wall_s"])
-    if not samples or batch_rows < 1:
+    samples, index = _counted(probe_samples, "op_out_bytes")
+    if index is None or batch_rows < 1:
         return None
     last = samples[-1]
-    index = max((i for i, rows in enumerate(last["op_rows"]) if rows), default=None)
-    if index is None:
-        return None
     return round(sum(last["op_out_bytes"]) / (last["op_rows"][index] / batch_rows))
