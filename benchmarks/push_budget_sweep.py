@@ -11,8 +11,7 @@ overage the lab reproduces), so a push that needed more decoded stock than the b
 allows would gain mid-run throughput as its budget grows.
 
 For each push budget it prints, as medians over epochs and rounds: push / pull throughput,
-overall and mid-run, and the production rate over the epoch as ``make lab`` checks it
-(:func:`raydata_course.lab.targets.push_targets`), each split's rate before the mid-run window (the first batch's wait included) and its wait
+overall and mid-run, each split's rate before the mid-run window (the first batch's wait included) and its wait
 for the first batch, the store's usage as that window opens
 (the stock each split had decoded ahead), push's peak and Ray Data's believed peak over
 push's own budget, push's training step and its wait per batch. Each round takes about 3

@@ -638,3 +638,29 @@ def test_interleave_alternates_the_producer_bound_pair_one_epoch_per_run(tmp_pat
     calls.clear()
     _run_variants(Session, tmp_path, variants, {}, system_config=None, warm_up=False)
     assert calls == [(v.name, 3) for v in variants]
+
+
+def test_the_producer_counters_read_the_epoch_s_own_execution_and_its_read_by_name():
+    """An epoch's window can also hold the first samples of the next epoch's execution: the
+    rates, the read's share and the bytes per batch come from the execution that made the most
+    rows; the read is found by name, past a Limit between it and the decode; an execution
+    sampled only after its decode had begun has no known start."""
+    from raydata_course.lab.producer import (epoch_production_batches_per_s, made_bytes_per_batch,
+                                             production_batches_per_s, read_done_at)
+
+    ops = ["ListFiles", "ReadFilesParquetV2", "limit=400", "MapBatches(decode)"]
+
+    def s(t, read, dec, executor="e1"):
+        return {"t_wall_s": t, "executor": executor, "operators": ops, "op_tasks": [0, 1, 0, 1],
+                "op_rows": [4, read, 0, dec], "op_out_bytes": [40, read * 10, 0, dec * 100]}
+
+    epoch = [s(1, 0, 0), s(2, 300, 100), s(4, 400, 300), s(5, 400, 400), s(6, 400, 400)]
+    nxt = [s(6.5, 100, 0, "e2")]
+    consumers = [{"t_start_wall_s": 1.0}]
+    assert epoch_production_batches_per_s(epoch + nxt, consumers, 100) == pytest.approx(4 / (5 - 1))
+    assert production_batches_per_s(epoch + nxt, 2.0, 100) == pytest.approx(3 / (5 - 2))
+    assert read_done_at(epoch + nxt, 2.0) == pytest.approx(0.75)
+    assert made_bytes_per_batch(epoch + nxt, 100) == (40 + 4000 + 40000) / 4
+    assert epoch_production_batches_per_s(epoch[1:], consumers, 100) is None  # the decode had begun
+    assert read_done_at([{**p, "operators": ["Input", "MapBatches(ReadFiles->decode)", "x", "y"]} for p in epoch],
+                        2.0) is None

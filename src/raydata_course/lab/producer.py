@@ -1,7 +1,8 @@
-"""What the producer and the machine did after the consumers' first batch, from the lab's
-samplers: the decode's rate and its blocks (Ray Data's counters, as the probe sampled them),
-and the machine's busy CPU beside the consumers' steps (``/proc/stat``, as the store sampler
-read it). :func:`raydata_course.lab.epoch.measure_epoch` records them; the targets and the
+"""What the producer and the machine did in an epoch, from the lab's samplers: the decode's
+rate over the epoch and after the consumers' first batch, the share of the files read by that
+batch and the bytes the plan made per batch (Ray Data's counters, as the probe sampled them),
+and the machine's busy CPU beside the consumers' steps after that batch (``/proc/stat``, as the
+store sampler read it). :func:`raydata_course.lab.epoch.measure_epoch` records them; the targets and the
 playground's simulator read them (:mod:`raydata_course.lab.targets`,
 :mod:`raydata_course.lab.model_check`).
 """
@@ -77,11 +78,18 @@ def last_first_batch_wall_s(consumers: list[dict]) -> Optional[float]:
 
 
 def _counted(probe_samples: list[dict], *keys: str) -> tuple[list[dict], Optional[int]]:
-    """The probe samples that carry Ray Data's per-operator counters (``op_rows`` and any of
-    ``keys``), in time order, and the index of the plan's last task operator that made rows
-    (the decode); None for the index without such samples."""
+    """The probe samples that carry Ray Data's per-operator counters (``op_rows`` and each of
+    ``keys``), in time order, of one execution (``executor``; the counters count from an
+    execution's start): the one that made the most rows among these samples, the epoch's own,
+    should the window also hold the first samples of the next epoch's execution; and the index
+    of the plan's last task operator that made rows (the decode); None for the index without
+    such samples."""
     samples = sorted((p for p in probe_samples if p.get("op_rows") and all(p.get(k) for k in keys)),
                      key=lambda p: p["t_wall_s"])
+    if samples:
+        made = {p.get("executor"): sum(p["op_rows"]) for p in samples}  # each execution's last sample
+        epoch_executor = max(made, key=made.get)
+        samples = [p for p in samples if p.get("executor") == epoch_executor]
     index = max((i for i, rows in enumerate(samples[-1]["op_rows"]) if rows), default=None) if samples else None
     return samples, index
 
@@ -146,7 +154,9 @@ def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[di
     probe sample at which an operator had a task running or had made rows, whichever is
     earlier, so the window holds everything the producer did for the epoch: listing the
     files, reading them and decoding them. From Ray Data's counters as the probe sampled them
-    (``rows_task_outputs_generated``, ``timeline["op_rows"]``); None without them.
+    (``rows_task_outputs_generated``, ``timeline["op_rows"]``); None without them, or when the
+    decode had already made rows at the first sample (the execution started before the samples
+    did, so its start is unknown).
 
     This is the producer's pace that a producer-bound job sees (seconds per epoch). Its rate
     after the first batch (:func:`production_batches_per_s`) depends on what a split did
@@ -162,7 +172,7 @@ def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[di
     samples, index = _counted(probe_samples)
     starts = [c["t_start_wall_s"] for c in consumers if c.get("t_start_wall_s") is not None]
     busy = [p["t_wall_s"] for p in samples if any(p["op_rows"]) or any(p.get("op_tasks") or [])]
-    if index is None or batch_rows < 1 or not (starts or busy):
+    if index is None or batch_rows < 1 or not (starts or busy) or samples[0]["op_rows"][index]:
         return None
     start = min(starts + busy[:1])
     final = samples[-1]["op_rows"][index]
@@ -171,21 +181,25 @@ def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[di
 
 
 def read_done_at(probe_samples: list[dict], at_wall_s: Optional[float]) -> Optional[float]:
-    """The share of its rows the read (the operator just upstream of the decode, the plan's
-    last task operator) had made by ``at_wall_s`` (``time.time()``), from Ray Data's counters
-    as the probe sampled them: 1.0 when every file was read by then. None without the
-    counters, ``at_wall_s``, or an operator upstream of the decode.
+    """The share of its rows the read (the first operator whose name starts with ``Read``,
+    such as ``ReadFilesParquetV2``) had made by ``at_wall_s`` (``time.time()``), from Ray
+    Data's counters as the probe sampled them: 1.0 when every file was read by then. None
+    without the counters, ``at_wall_s``, or a read that made rows (a read fused into the
+    decode is not told apart).
 
     Examples:
-        >>> s = lambda t, read, dec: {"t_wall_s": t, "op_rows": [0, read, dec]}
+        >>> s = lambda t, read, dec: {"t_wall_s": t, "operators": ["ListFiles", "ReadFiles", "Map"],
+        ...                           "op_rows": [0, read, dec]}
         >>> read_done_at([s(0, 0, 0), s(2, 300, 100), s(4, 400, 400)], 2.0)
         0.75
     """
-    samples, index = _counted(probe_samples)
-    if index is None or index < 1 or at_wall_s is None or not samples[-1]["op_rows"][index - 1]:
+    samples, _ = _counted(probe_samples)
+    names = samples[-1].get("operators") or [] if samples else []
+    read = next((i for i, name in enumerate(names) if name.startswith("Read")), None)
+    if read is None or at_wall_s is None or not samples[-1]["op_rows"][read]:
         return None
-    done = max((p["op_rows"][index - 1] for p in samples if p["t_wall_s"] <= at_wall_s), default=0)
-    return done / samples[-1]["op_rows"][index - 1]
+    done = max((p["op_rows"][read] for p in samples if p["t_wall_s"] <= at_wall_s), default=0)
+    return done / samples[-1]["op_rows"][read]
 
 
 def made_bytes_per_batch(probe_samples: list[dict], batch_rows: int) -> Optional[int]:

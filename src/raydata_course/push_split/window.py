@@ -30,7 +30,8 @@ to the consumers' reserve, and only while some consumer keeps up. While every co
 starved (stalled, no batch ready), charging it would slow the very producer they all wait for;
 the store then holds at most ``B - (W - held)`` plus those freed bytes, and ``held`` is under
 one batch per split: the budget plus what the raylet frees lazily, a stock the consumers'
-own rate sets (``make lab`` bounds it by the consumption rate times the free period). The
+own rate sets (``make lab`` bounds it by the consumption rate, in the bytes each batch frees
+with the blocks it was made from, times the free period). The
 executor's operators may start a task while their real bytes plus that task's output fit ``E``; an operator with no task running may always start one
 (liveness), so the executor goes over ``E`` by at most one task output per operator, which
 ``R`` holds (:class:`~raydata_course.push_split.readahead.ReadAheadPolicy`). Everything real,
