@@ -122,8 +122,8 @@ def build_image_parquet(
     manifest = folder / "manifest.json"
     if manifest.is_file():
         have = json.loads(manifest.read_text())
-        if have == wanted or (isinstance(have.get("num_rows"), int) and have["num_rows"] >= num_rows
-                              and {**have, "num_rows": num_rows} == wanted):
+        if isinstance(have.get("num_rows"), int) and have["num_rows"] >= num_rows \
+                and {**have, "num_rows": num_rows} == wanted:
             return folder
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("part-*.parquet"):

@@ -150,13 +150,13 @@ def production_batches_per_s(probe_samples: list[dict], first_wall_s: Optional[f
 def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[dict], batch_rows: int) -> Optional[float]:
     """The producer's rate over the whole epoch: the rows the plan's last task operator (the
     decode) made, in batches of ``batch_rows``, over the seconds from the epoch's start to
-    its last block. The start is the first consumer's start (``t_start_wall_s``) or the first
-    probe sample at which an operator had a task running or had made rows, whichever is
-    earlier, so the window holds everything the producer did for the epoch: listing the
-    files, reading them and decoding them. From Ray Data's counters as the probe sampled them
-    (``rows_task_outputs_generated``, ``timeline["op_rows"]``); None without them, or when the
-    decode had already made rows at the first sample (the execution started before the samples
-    did, so its start is unknown).
+    its last block. The start is the first consumer's start (``t_start_wall_s``): the split
+    starts the epoch's execution when its consumers ask for it, so the window holds everything
+    the producer did for the epoch: listing the files, reading them and decoding them. From
+    Ray Data's counters as the probe sampled them (``rows_task_outputs_generated``,
+    ``timeline["op_rows"]``); None without them or a consumer's start, or when the decode had
+    already made rows at the first sample (the execution started before the samples did, so
+    its start is unknown).
 
     This is the producer's pace that a producer-bound job sees (seconds per epoch). Its rate
     after the first batch (:func:`production_batches_per_s`) depends on what a split did
@@ -164,17 +164,16 @@ def epoch_production_batches_per_s(probe_samples: list[dict], consumers: list[di
     then only decodes (:func:`read_done_at`).
 
     Examples:
-        >>> s = lambda t, rows, tasks=(0, 0): {"t_wall_s": t, "op_rows": [rows, rows // 2], "op_tasks": list(tasks)}
+        >>> s = lambda t, rows: {"t_wall_s": t, "op_rows": [rows, rows // 2]}
         >>> c = [{"t_start_wall_s": 1.0}, {"t_start_wall_s": 1.5}]
-        >>> epoch_production_batches_per_s([s(0, 0), s(2, 0, (1, 0)), s(4, 200), s(6, 400), s(7, 400)], c, 50)
+        >>> epoch_production_batches_per_s([s(0, 0), s(2, 0), s(4, 200), s(6, 400), s(7, 400)], c, 50)
         0.8
     """
     samples, index = _counted(probe_samples)
     starts = [c["t_start_wall_s"] for c in consumers if c.get("t_start_wall_s") is not None]
-    busy = [p["t_wall_s"] for p in samples if any(p["op_rows"]) or any(p.get("op_tasks") or [])]
-    if index is None or batch_rows < 1 or not (starts or busy) or samples[0]["op_rows"][index]:
+    if index is None or batch_rows < 1 or not starts or samples[0]["op_rows"][index]:
         return None
-    start = min(starts + busy[:1])
+    start = min(starts)
     final = samples[-1]["op_rows"][index]
     done_t = next(p["t_wall_s"] for p in samples if p["op_rows"][index] == final)
     return final / batch_rows / (done_t - start) if done_t > start else None
